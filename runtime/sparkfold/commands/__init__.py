@@ -1,0 +1,1 @@
+"""One module per ``sparkfold`` command; each exposes ``command`` (a click command or group)."""

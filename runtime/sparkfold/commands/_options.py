@@ -1,0 +1,47 @@
+"""Options and helpers that several commands share."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from sparkfold.config import DEFAULT_CONFIG_PATH, ConfigError, Settings, load
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def config_option(func: F) -> F:
+    """``--config FILE`` (env ``SPARKFOLD_CONFIG``), loaded and validated into ``settings``."""
+
+    def _load(ctx: click.Context, param: click.Parameter, value: str) -> Settings:
+        return load_settings(value)
+
+    return click.option(
+        "--config",
+        "settings",
+        metavar="FILE",
+        default=str(DEFAULT_CONFIG_PATH),
+        show_default=True,
+        envvar="SPARKFOLD_CONFIG",
+        callback=_load,
+        help="The node's sparkfold.toml.",
+    )(func)
+
+
+def json_option(func: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")(func)
+
+
+def load_settings(path: str | Path) -> Settings:
+    try:
+        return load(path)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def echo_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))

@@ -1,0 +1,255 @@
+"""One settings schema for every sparkfold process.
+
+A node has one file, ``/etc/sparkfold/sparkfold.toml``, with these sections:
+
+``[node]``    who this node is (name, rank)
+``[fabric]``  the inter-node link: addresses, rendezvous port, peer timeout, RDMA facts
+``[engine]``  the engine rank: kind, model, window, parallelism; identical on every rank
+``[api]``     the public gateway on the head: bind address, lanes, queue, limits, keys
+``[paths]``   where state, models and caches live
+
+Everything is validated by pydantic; unknown keys are errors (a typo never passes silently).
+:func:`load` reads and validates a file; :class:`ConfigError` carries one line per problem,
+each naming the offending key. :func:`engine_fingerprint` hashes the ``[engine]`` section
+that every rank must share; :func:`engine_differences` names the fields that differ.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+__all__ = [
+    "DEFAULT_CONFIG_PATH",
+    "ApiSettings",
+    "ConfigError",
+    "EngineSettings",
+    "FabricSettings",
+    "NodeSettings",
+    "PathSettings",
+    "Settings",
+    "TransformersSettings",
+    "engine_differences",
+    "engine_fingerprint",
+    "load",
+    "parse",
+]
+
+DEFAULT_CONFIG_PATH = Path("/etc/sparkfold/sparkfold.toml")
+DEFAULT_RENDEZVOUS_PORT = 29551
+DEFAULT_ENGINE_PORT = 18888
+DEFAULT_API_PORT = 8888
+
+
+class ConfigError(ValueError):
+    """A settings file that cannot be used; ``problems`` holds one line per offending key."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = problems
+        super().__init__(f"{source}: " + "; ".join(problems))
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+class NodeSettings(_Section):
+    """Who this node is."""
+
+    name: str = Field("sparkfold", min_length=1, description="node name, used in logs and /health")
+    rank: int = Field(0, ge=0, le=1, description="0 = head (engine rank 0 and the API); 1 = worker")
+
+
+class FabricSettings(_Section):
+    """The direct link between the two nodes (the CX7 cable on a Spark pair)."""
+
+    address: ipaddress.IPv4Address | None = Field(None, description="this node's address on the link")
+    peer: ipaddress.IPv4Address | None = Field(None, description="the other rank's address on the link")
+    rendezvous_port: int = Field(
+        DEFAULT_RENDEZVOUS_PORT, ge=1, le=65535, description="rank 0's rendezvous port"
+    )
+    peer_timeout_s: float = Field(
+        120.0, gt=0, le=3600, description="a rank whose peer is silent this long exits non-zero"
+    )
+    heartbeat_s: float = Field(2.0, gt=0, le=60, description="seconds between peer heartbeats")
+    mtu: int = Field(9000, ge=1280, le=9216, description="MTU of the link netdev")
+    socket_ifname: str | None = Field(None, description="netdev on the link; discovered when unset")
+    rdma_devices: list[str] | None = Field(None, description="RDMA devices for NCCL; discovered when unset")
+    gid_index: int | None = Field(None, ge=0, description="RoCE v2 GID index; discovered when unset")
+
+    @model_validator(mode="after")
+    def _distinct(self) -> FabricSettings:
+        if self.address is not None and self.address == self.peer:
+            raise ValueError("fabric.peer must differ from fabric.address")
+        return self
+
+
+class TransformersSettings(_Section):
+    """Settings of the CPU engine (``kind = "transformers"``)."""
+
+    gguf_file: str | None = Field(None, description="GGUF file inside `model` to load instead of safetensors")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32", description="torch dtype of the weights"
+    )
+    threads: int = Field(0, ge=0, description="torch intra-op threads; 0 = torch's default")
+
+
+class EngineSettings(_Section):
+    """The engine rank. Identical on every rank: its fingerprint is compared at rendezvous."""
+
+    kind: Literal["transformers", "exllamav3", "tensorfold"] = Field(
+        "transformers", description="engine implementation"
+    )
+    model: str = Field(..., min_length=1, description="model directory (or file) on this node")
+    served_name: str = Field("GLM-5.3-Flash-EXL3", min_length=1, description="model id in /v1/models")
+    tp: int = Field(1, ge=1, le=2, description="tensor-parallel ranks: 2 = one rank on each node")
+    host: str = Field("127.0.0.1", description="engine server bind address (rank 0); keep it on loopback")
+    port: int = Field(DEFAULT_ENGINE_PORT, ge=1, le=65535, description="engine server port (rank 0)")
+    context: int = Field(1_048_576, ge=16, description="the window: prompt + reply tokens per request")
+    max_tokens: int = Field(32_768, ge=1, description="reply budget when a request sets none")
+    parallel: int = Field(4, ge=1, le=64, description="requests the engine runs at once")
+    thinking: bool = Field(True, description="thinking on by default")
+    seed: int = Field(0, ge=0, description="base seed for sampled requests without a seed")
+    drain_s: float = Field(30.0, ge=0, description="on SIGTERM, wait this long for in-flight requests")
+    transformers: TransformersSettings = Field(default_factory=TransformersSettings)
+
+    @model_validator(mode="after")
+    def _reply_fits(self) -> EngineSettings:
+        if self.max_tokens > self.context:
+            raise ValueError(
+                f"engine.max_tokens ({self.max_tokens}) must not exceed engine.context ({self.context})"
+            )
+        return self
+
+
+class ApiSettings(_Section):
+    """The public gateway (head only)."""
+
+    host: str = Field("0.0.0.0", description="bind address; keys are required unless it is loopback")
+    port: int = Field(DEFAULT_API_PORT, ge=1, le=65535)
+    parallel: int = Field(4, ge=1, le=256, description="requests sent to the engine at once (lanes)")
+    max_queued: int = Field(16, ge=0, le=10_000, description="requests waiting for a lane; past that, 429")
+    keepalive_s: float = Field(15.0, gt=0, description="SSE keepalive comment after this much silence")
+    api_keys_file: Path | None = Field(None, description="API keys, one per line (plain or sha256:HEX)")
+    require_keys: bool | None = Field(None, description="default: required unless host is loopback")
+    max_body_mib: float = Field(96, gt=0, description="largest request body")
+    max_images: int = Field(8, ge=0, description="images per request")
+    max_image_mib: float = Field(20, gt=0, description="bytes of one decoded image")
+    max_videos: int = Field(1, ge=0, description="videos per request")
+    max_video_mib: float = Field(64, gt=0, description="bytes of one decoded video")
+    upstream_timeout_s: float = Field(600.0, gt=0, description="longest silence tolerated from the engine")
+
+    @property
+    def keys_required(self) -> bool:
+        if self.require_keys is not None:
+            return self.require_keys
+        return not _is_loopback(self.host)
+
+
+class PathSettings(_Section):
+    """Where state lives on the node."""
+
+    state_dir: Path = Field(Path("/var/lib/sparkfold"), description="state: models, manifests")
+    cache_dir: Path = Field(Path("/var/cache/sparkfold"), description="kernel and compile caches")
+
+
+class Settings(_Section):
+    """A node's whole configuration."""
+
+    node: NodeSettings = Field(default_factory=NodeSettings)
+    fabric: FabricSettings = Field(default_factory=FabricSettings)
+    engine: EngineSettings
+    api: ApiSettings = Field(default_factory=ApiSettings)
+    paths: PathSettings = Field(default_factory=PathSettings)
+
+    @model_validator(mode="after")
+    def _topology(self) -> Settings:
+        if self.node.rank >= self.engine.tp:
+            raise ValueError(f"node.rank ({self.node.rank}) must be below engine.tp ({self.engine.tp})")
+        if self.engine.tp > 1:
+            for key in ("address", "peer"):
+                if getattr(self.fabric, key) is None:
+                    raise ValueError(f"fabric.{key} is required when engine.tp > 1")
+        return self
+
+    @property
+    def engine_url(self) -> str:
+        """Where the gateway reaches rank 0's engine server."""
+        host = "127.0.0.1" if self.engine.host in ("0.0.0.0", "") else self.engine.host
+        return f"http://{host}:{self.engine.port}"
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _describe(error: Mapping[str, Any]) -> str:
+    location = ".".join(str(part) for part in error["loc"])
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if error["type"] == "extra_forbidden":
+        return f"{location}: unknown key (check the spelling; see docs/configuration.md)"
+    if error["type"] == "missing":
+        return f"{location}: required key is missing"
+    if not location:
+        return message
+    return f"{location}: {message}"
+
+
+def parse(data: Mapping[str, Any], source: str = "<config>") -> Settings:
+    """Validate an already-parsed mapping; raise :class:`ConfigError` naming every bad key."""
+    try:
+        return Settings.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(source, [_describe(e) for e in exc.errors()]) from None
+
+
+def load(path: str | Path) -> Settings:
+    """Read and validate a TOML settings file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(str(path), [f"cannot read: {exc.strerror or exc}"]) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(str(path), [f"not valid TOML: {exc}"]) from None
+    return parse(data, str(path))
+
+
+def _engine_fields(settings: Settings | EngineSettings) -> dict[str, Any]:
+    engine = settings.engine if isinstance(settings, Settings) else settings
+    return engine.model_dump(mode="json")
+
+
+def engine_fingerprint(settings: Settings | EngineSettings) -> str:
+    """sha256 of the canonical JSON of the engine section: equal on every rank of a pair."""
+    canonical = json.dumps(_engine_fields(settings), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def engine_differences(
+    mine: Mapping[str, Any], theirs: Mapping[str, Any], prefix: str = "engine"
+) -> list[str]:
+    """Dotted names of the engine fields that differ between two ``model_dump(mode='json')`` dicts."""
+    names: list[str] = []
+    for key in sorted(set(mine) | set(theirs)):
+        a, b = mine.get(key), theirs.get(key)
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            names += engine_differences(a, b, f"{prefix}.{key}")
+        elif a != b:
+            names.append(f"{prefix}.{key}")
+    return names

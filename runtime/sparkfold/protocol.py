@@ -1,0 +1,303 @@
+"""The engine protocol's wire models: the one seam between ``api/`` and ``engines/``.
+
+The contract is TensorFold v0.6.0's OpenAI-compatible HTTP API (``docs/engine-protocol.md``).
+Request models accept unknown fields (a newer client may send them) and report which ones
+were ignored through :func:`ignored_fields`, so a server can log them instead of dropping
+them silently. Response models are what an engine server sends and the gateway reads.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterable
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "SSE_DONE",
+    "ChatCompletion",
+    "ChatCompletionChunk",
+    "ChatCompletionRequest",
+    "ChatMessage",
+    "Choice",
+    "ChunkChoice",
+    "CompletionRequest",
+    "Delta",
+    "EngineHealth",
+    "ErrorInfo",
+    "ErrorResponse",
+    "FunctionCall",
+    "PeerState",
+    "ToolCall",
+    "Usage",
+    "ignored_fields",
+    "iter_sse_data",
+    "new_id",
+    "sse_event",
+]
+
+SSE_DONE = b"data: [DONE]\n\n"
+
+FinishReason = Literal["stop", "length", "tool_calls", "content_filter", "error", "abort"]
+
+
+class _Request(BaseModel):
+    """A request body: unknown fields are kept (``model_extra``) so they can be logged."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+def ignored_fields(request: BaseModel) -> list[str]:
+    """Names of the fields a request carried that the model does not know."""
+    return sorted((request.model_extra or {}).keys())
+
+
+def new_id(prefix: str = "chatcmpl") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:24]}"
+
+
+# --- requests ---------------------------------------------------------------------------------
+# https://platform.openai.com/docs/api-reference/chat/create (spec fields in spec order)
+
+
+class FunctionCall(_Wire):
+    name: str
+    arguments: str = Field(description="JSON text of the arguments")
+
+
+class ToolCall(_Wire):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class ChatMessage(_Request):
+    role: Literal["system", "developer", "user", "assistant", "tool", "observation"]
+    content: str | list[dict[str, Any]] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+    # extensions: reasoning of an earlier assistant turn
+    reasoning_content: str | None = None
+
+
+class ChatCompletionRequest(_Request):
+    messages: list[ChatMessage] = Field(min_length=1)
+    model: str | None = None
+    frequency_penalty: float | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    n: int | None = Field(None, ge=1)
+    presence_penalty: float | None = None
+    reasoning_effort: str | None = None
+    response_format: dict[str, Any] | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    user: str | None = None
+
+    # --- extensions (TensorFold / vLLM) -----------------------------------------------------
+    top_k: int | None = Field(None, description="sample from the k likeliest tokens; <= 0 is off")
+    min_p: float | None = Field(None, ge=0, le=1, description="drop tokens below min_p x the top probability")
+    ignore_eos: bool = Field(False, description="keep generating past end-of-sequence")
+    chat_template_kwargs: dict[str, Any] | None = Field(
+        None, description="passed to the chat template (enable_thinking, thinking, clear_thinking)"
+    )
+    thinking_budget: int | None = Field(None, ge=0, description="most reasoning tokens before </think>")
+    draft: bool = Field(True, description="false = serial reference decoding (exactness tests)")
+    priority: str | None = Field(None, description='"background" runs after other requests')
+    guided_json: dict[str, Any] | str | None = Field(None, description="constrain output to a JSON schema")
+    guided_regex: str | None = Field(None, description="constrain output to a regular expression")
+    guided_choice: list[str] | None = Field(None, description="constrain output to one of these strings")
+    guided_grammar: str | None = Field(None, description="constrain output to an EBNF grammar")
+    return_token_ids: bool = Field(False, description="add the reply's token ids to the response")
+
+    @property
+    def reply_budget(self) -> int | None:
+        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+    @property
+    def stop_strings(self) -> list[str]:
+        if self.stop is None:
+            return []
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+
+class CompletionRequest(_Request):
+    """``POST /v1/completions``: a raw prompt (text or token ids), no chat template."""
+
+    prompt: str | list[int] = Field(min_length=1)
+    model: str | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    n: int | None = Field(None, ge=1)
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    logprobs: int | None = None
+    echo: bool = False
+    # extensions
+    top_k: int | None = None
+    min_p: float | None = Field(None, ge=0, le=1)
+    ignore_eos: bool = False
+    add_special_tokens: bool = Field(False, description="let the tokenizer add BOS and friends")
+
+
+# --- responses --------------------------------------------------------------------------------
+
+
+class PromptTokensDetails(_Wire):
+    cached_tokens: int = 0
+
+
+class CompletionTokensDetails(_Wire):
+    reasoning_tokens: int = 0
+
+
+class Usage(_Wire):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    prompt_tokens_details: PromptTokensDetails = Field(default_factory=PromptTokensDetails)
+    completion_tokens_details: CompletionTokensDetails = Field(default_factory=CompletionTokensDetails)
+
+    @classmethod
+    def of(cls, prompt: int, completion: int, cached: int = 0, reasoning: int = 0) -> Usage:
+        return cls(
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            total_tokens=prompt + completion,
+            prompt_tokens_details=PromptTokensDetails(cached_tokens=cached),
+            completion_tokens_details=CompletionTokensDetails(reasoning_tokens=reasoning),
+        )
+
+
+class ResponseMessage(_Wire):
+    role: Literal["assistant"] = "assistant"
+    content: str | None = None
+    reasoning_content: str | None = None
+    tool_calls: list[ToolCall] | None = None
+
+
+class Choice(_Wire):
+    index: int = 0
+    message: ResponseMessage
+    finish_reason: FinishReason | None = None
+
+
+class ChatCompletion(_Wire):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int = Field(default_factory=lambda: int(time.time()))
+    model: str
+    choices: list[Choice]
+    usage: Usage
+    tensorfold: dict[str, Any] | None = Field(None, description="engine stats block")
+
+
+class ToolCallDelta(_Wire):
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: dict[str, Any] | None = None
+
+
+class Delta(_Wire):
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+    reasoning_content: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None
+
+
+class ChunkChoice(_Wire):
+    index: int = 0
+    delta: Delta
+    finish_reason: FinishReason | None = None
+
+
+class ChatCompletionChunk(_Wire):
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int = Field(default_factory=lambda: int(time.time()))
+    model: str
+    choices: list[ChunkChoice]
+    usage: Usage | None = None
+    tensorfold: dict[str, Any] | None = None
+
+
+class ErrorInfo(_Wire):
+    message: str
+    type: str = "invalid_request_error"
+    param: str | None = None
+    code: str | int | None = None
+
+
+class ErrorResponse(_Wire):
+    error: ErrorInfo
+
+
+class PeerState(_Wire):
+    rank: int
+    state: Literal["ok", "lost", "absent"] = Field(description="absent = single-rank engine")
+    last_seen_s: float | None = Field(None, description="seconds since the peer's last heartbeat")
+
+
+class EngineHealth(_Wire):
+    """``GET /health`` of an engine server (TensorFold's counters, sparkfold's peer block)."""
+
+    ok: bool
+    backend: str
+    busy: bool = False
+    requests_running: int = 0
+    requests_total: int = 0
+    prompt_tokens_total: int = 0
+    completion_tokens_total: int = 0
+    prefill_seconds_total: float = 0.0
+    decode_seconds_total: float = 0.0
+    cached_tokens_total: int = 0
+    rounds_total: int = 0
+    drafted_total: int = 0
+    accepted_total: int = 0
+    context_length: int = 0
+    streams: int = 1
+    peer: PeerState | None = None
+
+
+# --- server-sent events -----------------------------------------------------------------------
+
+
+def sse_event(payload: BaseModel | dict[str, Any]) -> bytes:
+    """One ``data:`` event."""
+    if isinstance(payload, BaseModel):
+        body = payload.model_dump_json(exclude_none=True)
+    else:
+        body = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+    return f"data: {body}\n\n".encode()
+
+
+async def iter_sse_data(lines: AsyncIterator[str]) -> AsyncIterator[str]:
+    """The ``data:`` payloads of an SSE stream, comments skipped; ``[DONE]`` is yielded as is."""
+    async for line in lines:
+        if line.startswith("data:"):
+            yield line[5:].strip()
+
+
+def joined(parts: Iterable[str | None]) -> str:
+    return "".join(p for p in parts if p)

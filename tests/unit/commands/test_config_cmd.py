@@ -1,0 +1,40 @@
+"""``sparkfold config check|fingerprint`` through click's runner."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from sparkfold.cli import main
+
+
+def test_check_ok(repo: Path) -> None:
+    result = CliRunner().invoke(main, ["config", "check", str(repo / "examples/local.toml")])
+    assert result.exit_code == 0, result.output
+    assert "ok (rank 0 of 1, engine transformers)" in result.output
+
+
+def test_check_json(repo: Path) -> None:
+    result = CliRunner().invoke(main, ["config", "check", "--json", str(repo / "examples/local.toml")])
+    assert json.loads(result.output)["ok"] is True
+
+
+def test_check_names_the_key_and_exits_1(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[engine]\nmodel = "m"\nport = "eighty"\n')
+    result = CliRunner().invoke(main, ["config", "check", str(bad)])
+    assert result.exit_code == 1
+    assert "engine.port: Input should be a valid integer" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_fingerprint_prints_hash(repo: Path) -> None:
+    result = CliRunner().invoke(main, ["config", "fingerprint", str(repo / "examples/local.toml")])
+    assert result.exit_code == 0 and len(result.output.strip()) == 64
+
+
+def test_help_lists_commands() -> None:
+    result = CliRunner().invoke(main, ["--help"])
+    assert result.exit_code == 0 and "config" in result.output
