@@ -166,6 +166,7 @@ class CompletionRequest(_Request):
     min_p: float | None = Field(None, ge=0, le=1)
     ignore_eos: bool = False
     add_special_tokens: bool = Field(False, description="let the tokenizer add BOS and friends")
+    return_token_ids: bool = Field(False, description="add the reply's token ids to the response")
 
 
 # --- responses --------------------------------------------------------------------------------

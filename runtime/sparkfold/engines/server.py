@@ -194,6 +194,8 @@ def create_app(service: EngineService) -> FastAPI:
         except Exception as exc:
             return _error(_outcome_error(exc))
         choice = CompletionChoice(text="".join(pieces), finish_reason=outcome.finish_reason)  # type: ignore[arg-type]
+        if body.return_token_ids:
+            choice.token_ids = outcome.token_ids  # type: ignore[attr-defined]
         answer = Completion(
             id=new_id("cmpl"), model=name, choices=[choice], usage=_usage(outcome), tensorfold=outcome.stats()
         )

@@ -51,6 +51,7 @@ def _die(message: str) -> None:
 def _configure_logging(settings: Settings) -> None:
     if logging.getLogger().handlers:
         return
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.basicConfig(
         level=logging.INFO,
         stream=sys.stderr,
