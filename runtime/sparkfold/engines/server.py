@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException
 
-from sparkfold.engines.generator import CapacityError
+from sparkfold.engines.generator import CapacityError, EngineFailure
 from sparkfold.engines.output import OutputParser
 from sparkfold.engines.serving import ApiError, EngineService, Outcome, Prepared
 from sparkfold.protocol import (
@@ -77,7 +77,10 @@ async def _parse(request: Request, model: type[M]) -> M | ApiError:
 def _outcome_error(exc: BaseException) -> ApiError:
     if isinstance(exc, CapacityError):
         return ApiError(503, str(exc), None, "capacity", "server_error")
-    log.exception("generation failed")
+    if isinstance(exc, EngineFailure):
+        log.error("generation failed: %s", exc)
+    else:
+        log.exception("generation failed")
     return ApiError(500, f"generation failed: {exc}", None, "engine_error", "server_error")
 
 

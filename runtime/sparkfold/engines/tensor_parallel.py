@@ -152,19 +152,19 @@ class Link:
         inline = ids[:_INLINE] if len(ids) <= _INLINE else ()
         if inline:
             header[3 : 3 + len(inline)] = torch.tensor(inline, dtype=torch.int64)
-        self._group.broadcast([header], 0).wait()
+        self._group.broadcast(header, 0).wait()
         if len(ids) > _INLINE:
-            self._group.broadcast([torch.tensor(ids, dtype=torch.int64)], 0).wait()
+            self._group.broadcast(torch.tensor(ids, dtype=torch.int64), 0).wait()
 
     def receive_step(self) -> tuple[Op, int, list[int]]:
         """Rank 1: the next step rank 0 announced."""
         header = torch.zeros(3 + _INLINE, dtype=torch.int64)
-        self._group.broadcast([header], 0).wait()
+        self._group.broadcast(header, 0).wait()
         op, slot, count = (int(v) for v in header[:3])
         if count <= _INLINE:
             return Op(op), slot, header[3 : 3 + count].tolist()
         ids = torch.zeros(count, dtype=torch.int64)
-        self._group.broadcast([ids], 0).wait()
+        self._group.broadcast(ids, 0).wait()
         return Op(op), slot, ids.tolist()
 
 

@@ -1,0 +1,64 @@
+"""Engine rank lifecycle on one host: SIGTERM drain, and refusal when the ranks' settings differ."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import httpx
+import pytest
+from engine_procs import EngineProcess, free_port, wait_healthy, write_config
+
+pytestmark = pytest.mark.slow
+
+
+def test_sigterm_lets_the_in_flight_stream_finish_then_exits_0(
+    smol_dir: Path, tmp_path: Path, engines: list[EngineProcess]
+) -> None:
+    port = free_port()
+    engine = EngineProcess(write_config(tmp_path / "e.toml", smol_dir, port=port), tmp_path / "e.log")
+    engines.append(engine)
+    url = f"http://127.0.0.1:{port}"
+    wait_healthy(url, engine)
+    body = {"prompt": "Once upon a time", "max_tokens": 40, "ignore_eos": True, "stream": True}
+    events: list[str] = []
+    with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=120) as reply:
+        for line in reply.iter_lines():
+            if not line.startswith("data: "):
+                continue
+            events.append(line[6:])
+            if len(events) == 1:
+                engine.signal(signal.SIGTERM)  # mid-stream
+    assert events[-1] == "[DONE]"
+    final = json.loads(events[-2])
+    assert final["choices"][0]["finish_reason"] == "length"
+    assert final["usage"]["completion_tokens"] == 40
+    assert engine.wait_exit(60) == 0, engine.output()[-2000:]
+    assert "draining in-flight requests" in engine.output()
+
+
+def test_ranks_with_different_engine_settings_refuse_to_start_naming_the_field(
+    smol_dir: Path, tmp_path: Path, engines: list[EngineProcess]
+) -> None:
+    port = free_port()
+    for rank, (me, peer), context in (
+        (1, ("127.0.0.2", "127.0.0.1"), 4096),
+        (0, ("127.0.0.1", "127.0.0.2"), 2048),
+    ):
+        fabric = {"address": me, "peer": peer, "rendezvous_port": port, "peer_timeout_s": 60}
+        config = write_config(
+            tmp_path / f"rank{rank}.toml",
+            smol_dir,
+            rank=rank,
+            tp=2,
+            context=context,
+            fabric=fabric,
+            port=free_port(),
+        )
+        engines.append(EngineProcess(config, tmp_path / f"rank{rank}.log"))
+    for engine in engines:
+        assert engine.wait_exit(120) == 1, engine.output()[-2000:]
+        out = engine.output()
+        assert "engine settings differ between rank 0 and rank 1: engine.context" in out
+        assert "Traceback" not in out
