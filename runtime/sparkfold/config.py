@@ -162,9 +162,7 @@ class TensorfoldSettings(_Section):
     @model_validator(mode="after")
     def _drafter_and_env(self) -> TensorfoldSettings:
         if self.drafter != "none" and not self.drafter.startswith("/"):
-            raise ValueError(
-                f'drafter must be "none" or an absolute directory, not {self.drafter!r}'
-            )
+            raise ValueError(f'drafter must be "none" or an absolute directory, not {self.drafter!r}')
         bad = [name for name in self.env if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name)]
         if bad:
             raise ValueError(f"env: not an environment variable name: {', '.join(bad)}")
