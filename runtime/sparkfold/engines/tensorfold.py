@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkfold.config import FabricSettings, Settings
+from sparkfold.image.patches import LABEL
 
 __all__ = [
     "CONTAINER_CACHE",
@@ -36,6 +37,7 @@ __all__ = [
     "follower_ready_s",
     "health_is_ready",
     "host_argv",
+    "image_label_argv",
     "kernel_cache_dir",
     "launch_plan",
     "master_address",
@@ -282,6 +284,12 @@ def docker_stop_argv(settings: Settings, timeout_s: float | None = None) -> list
 def docker_remove_argv(settings: Settings) -> list[str]:
     """Removes a leftover container of the same name (a crashed supervisor's) before a start."""
     return [DOCKER, "rm", "-f", settings.engine.tensorfold.container_name]
+
+
+def image_label_argv(settings: Settings) -> list[str]:
+    """Reads the image's series hash label (:data:`sparkfold.image.patches.LABEL`)."""
+    template = "{{index .Config.Labels " + f'"{LABEL}"' + "}}"
+    return [DOCKER, "image", "inspect", "--format", template, settings.engine.tensorfold.image]
 
 
 def _health_url(settings: Settings) -> str | None:

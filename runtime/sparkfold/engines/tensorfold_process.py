@@ -19,6 +19,7 @@ import collections
 import contextlib
 import logging
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -27,21 +28,49 @@ from collections.abc import Callable, Mapping
 
 import httpx
 
+from sparkfold.config import Settings
 from sparkfold.engines.tensorfold import (
     LaunchPlan,
     follower_ready_s,
     health_is_ready,
+    image_label_argv,
     progress_note,
     serving_line,
 )
 
-__all__ = ["RankProcess", "RankStartError"]
+__all__ = ["RankProcess", "RankStartError", "image_key"]
 
 _log = logging.getLogger("sparkfold.engines.tensorfold")
 TAIL_LINES = 25
 PROGRESS_EVERY_S = 15.0
 POLL_S = 1.0
 KILL_GRACE_S = 10.0
+
+
+def image_key(settings: Settings, env: Mapping[str, str] | None = None) -> str | None:
+    """The engine image's series hash (12 hex digits) for naming its kernel cache; None if unknown.
+
+    Unknown: the host launcher, no such image, no label, or docker not answering. The caller then
+    passes None to :func:`~sparkfold.engines.tensorfold.launch_plan`, which names the cache
+    folder after the image reference instead.
+    """
+    if settings.engine.tensorfold.launcher != "docker":
+        return None
+    try:
+        result = subprocess.run(
+            image_label_argv(settings),
+            env=dict(os.environ if env is None else env),
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    label = result.stdout.strip()
+    if result.returncode != 0 or not re.fullmatch(r"[0-9a-f]{64}", label):
+        return None
+    return label[:12]
 
 
 class RankStartError(RuntimeError):
@@ -78,14 +107,16 @@ class RankProcess:
         for directory in self.plan.directories:
             directory.mkdir(parents=True, exist_ok=True)
         if self.plan.container:
-            subprocess.run(
-                [self.plan.argv[0], "rm", "-f", self.plan.container],
-                env=self._base_env,
-                capture_output=True,
-                check=False,
-                timeout=60,
-            )
-        self._process = subprocess.Popen(
+            self._docker("rm", "-f", self.plan.container, timeout_s=60)
+        try:
+            self._process = self._popen()
+        except OSError as exc:
+            raise RankStartError(f"rank {self.plan.rank}: cannot run {self.plan.argv[0]}: {exc}") from None
+        self._reader = threading.Thread(target=self._read, name=f"rank{self.plan.rank}-output", daemon=True)
+        self._reader.start()
+
+    def _popen(self) -> subprocess.Popen[str]:
+        return subprocess.Popen(
             list(self.plan.argv),
             env=self._base_env | dict(self.plan.env),
             stdin=subprocess.DEVNULL,
@@ -96,15 +127,16 @@ class RankProcess:
             bufsize=1,
             start_new_session=True,  # signals for the rank never reach the supervisor, and back
         )
-        self._reader = threading.Thread(target=self._read, name=f"rank{self.plan.rank}-output", daemon=True)
-        self._reader.start()
 
     def _read(self) -> None:
         assert self._process is not None and self._process.stdout is not None
         for raw in self._process.stdout:
             line = raw.rstrip("\n")
             self._tail.append(line)
-            self._on_line(line)
+            try:
+                self._on_line(line)
+            except Exception:  # a failing sink must not stop the draining of the rank's output
+                _log.exception("rank %d: could not pass on an output line", self.plan.rank)
             if follower_ready_s(line) is not None:
                 self._ready.set()
                 self._wake.set()
@@ -205,15 +237,9 @@ class RankProcess:
             grace = self.plan.stop_timeout_s if timeout_s is None else timeout_s
             stopped = False
             if self.plan.container:
-                result = subprocess.run(
-                    [self.plan.argv[0], "stop", "-t", str(round(grace)), self.plan.container],
-                    env=self._base_env,
-                    capture_output=True,
-                    text=True,
-                    check=False,
-                    timeout=grace + 60,
+                stopped = self._docker(
+                    "stop", "-t", str(round(grace)), self.plan.container, timeout_s=grace + 60
                 )
-                stopped = result.returncode == 0
             if not stopped:
                 self._signal(signal.SIGTERM)
             try:
@@ -221,6 +247,22 @@ class RankProcess:
             except subprocess.TimeoutExpired:
                 self._signal(signal.SIGKILL)
         return self.wait()
+
+    def _docker(self, *args: str, timeout_s: float) -> bool:
+        """Run a docker subcommand (the plan's docker executable); True when it succeeded."""
+        try:
+            result = subprocess.run(
+                [self.plan.argv[0], *args],
+                env=self._base_env,
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=timeout_s,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            _log.warning("rank %d: %s %s failed: %s", self.plan.rank, self.plan.argv[0], args[0], exc)
+            return False
+        return result.returncode == 0
 
     def _signal(self, signum: int) -> None:
         assert self._process is not None

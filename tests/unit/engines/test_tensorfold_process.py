@@ -20,7 +20,7 @@ import pytest
 from sparkfold.config import Settings, load, parse
 from sparkfold.conformance import run as conformance
 from sparkfold.engines.tensorfold import FabricFacts, launch_plan
-from sparkfold.engines.tensorfold_process import RankProcess, RankStartError
+from sparkfold.engines.tensorfold_process import RankProcess, RankStartError, image_key
 
 FAKES = Path(__file__).resolve().parents[2] / "fakes"
 DEADLINE_S = 30.0
@@ -177,3 +177,13 @@ def test_host_launcher_runs_tensorfold_directly(
     assert conformance(settings.engine_url, timeout_s=10)[0].passed  # health
     assert rank.stop() == 0
     assert not (docker_dir / "calls.jsonl").exists()  # no docker involved
+
+
+def test_image_key_is_the_series_label(repo: Path, tmp_path: Path, env: dict[str, str]) -> None:
+    settings = settings_for(repo, tmp_path, "head")
+    label = "ab" * 32
+    assert image_key(settings, env | {"FAKE_DOCKER_LABEL": label}) == "ab" * 6
+    assert image_key(settings, env) is None  # no label: docker prints <no value>
+    assert image_key(settings, env | {"FAKE_DOCKER_NO_IMAGE": settings.engine.tensorfold.image}) is None
+    host = settings_for(repo, tmp_path, "head", launcher="host")
+    assert image_key(host, env | {"FAKE_DOCKER_LABEL": label}) is None
