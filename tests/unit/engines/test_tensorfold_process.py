@@ -11,6 +11,7 @@ import json
 import os
 import socket
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -164,6 +165,9 @@ def test_not_ready_in_time_leaves_it_running(
     with pytest.raises(RankStartError, match="rank 1 not ready after 0 s"):
         rank.wait_ready(0.2, poll_s=0.05)
     assert rank.returncode is None
+    deadline = time.monotonic() + DEADLINE_S
+    while not rank.tail and time.monotonic() < deadline:  # its first line: the SIGTERM handler is set
+        time.sleep(0.05)
     assert rank.stop() == 0  # SIGTERM during loading exits cleanly
 
 
