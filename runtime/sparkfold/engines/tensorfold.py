@@ -16,6 +16,7 @@ rank 1 prints ``[tensorfold] rank 1 ready in X s, following rank 0``; rank 0 is 
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -123,6 +124,17 @@ class LaunchPlan:
     directories: tuple[Path, ...] = field(default=())
     ready_timeout_s: float = 1800.0
     stop_timeout_s: float = 30.0
+
+    def as_text(self) -> str:
+        """The plan for people (``--dry-run``): the command line, ready to paste, and the environment."""
+        where = "in the container" if self.launcher == "docker" else "added to the supervisor's"
+        lines = [
+            f"# rank {self.rank}, {self.launcher} launcher",
+            shlex.join(self.argv),
+            f"# environment ({where})",
+        ]
+        lines += [f"{name}={value}" for name, value in sorted(self.rank_env.items())]
+        return "\n".join(lines) + "\n"
 
     def as_dict(self) -> dict[str, Any]:
         return {

@@ -202,3 +202,14 @@ def test_bad_tensorfold_settings_are_refused(repo: Path, values: dict[str, Any],
 
     with pytest.raises(ConfigError, match=message):
         with_changes(example(repo, "head"), **{"engine.tensorfold": values})
+
+
+def test_dry_run_text_pastes_back_to_the_same_argv(repo: Path) -> None:
+    import shlex
+
+    plan = launch_plan(example(repo, "head"), FACTS)
+    lines = plan.as_text().splitlines()
+    assert lines[0] == "# rank 0, docker launcher"
+    assert tuple(shlex.split(lines[1])) == plan.argv
+    assert "NCCL_IB_HCA==rocep1s0f1,roceP2p1s0f1" in lines
+    assert plan.as_dict()["argv"] == list(plan.argv)
