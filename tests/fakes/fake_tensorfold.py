@@ -9,6 +9,7 @@ serves HTTP on ``--host``/``--port`` until SIGTERM. Knobs, from the environment 
 ``FAKE_TENSORFOLD_BROKEN=done|n|usage``  break one clause (no ``[DONE]``, accept ``n=2``, bad usage sum)
 ``FAKE_TENSORFOLD_FAIL=message``         refuse to start like TensorFold: ``tensorfold: message``, exit 1
 ``FAKE_TENSORFOLD_LOAD_S=seconds``       pretend loading takes this long before ready
+``FAKE_TENSORFOLD_IGNORE_TERM=1``        once ready, ignore SIGTERM (a hung rank: only SIGKILL ends it)
 """
 
 from __future__ import annotations
@@ -210,6 +211,8 @@ def main(argv: list[str]) -> int:
     if stop.wait(float(os.environ.get("FAKE_TENSORFOLD_LOAD_S", "0"))):
         return 0
     loaded = time.monotonic() - started
+    if os.environ.get("FAKE_TENSORFOLD_IGNORE_TERM"):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if args.rank > 0:
         print(f"[tensorfold] rank {args.rank} ready in {loaded:.1f} s, following rank 0", flush=True)
         stop.wait()

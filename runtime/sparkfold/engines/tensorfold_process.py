@@ -243,8 +243,10 @@ class RankProcess:
             if not stopped:
                 self._signal(signal.SIGTERM)
             try:
-                process.wait(grace + KILL_GRACE_S)
+                # after a docker stop the container is gone; its client only has to notice
+                process.wait(KILL_GRACE_S if stopped else grace)
             except subprocess.TimeoutExpired:
+                _log.warning("rank %d: still running %.0f s after SIGTERM: SIGKILL", self.plan.rank, grace)
                 self._signal(signal.SIGKILL)
         return self.wait()
 

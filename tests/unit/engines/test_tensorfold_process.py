@@ -191,3 +191,20 @@ def test_image_key_is_the_series_label(repo: Path, tmp_path: Path, env: dict[str
     assert image_key(settings, env | {"FAKE_DOCKER_NO_IMAGE": settings.engine.tensorfold.image}) is None
     host = settings_for(repo, tmp_path, "head", launcher="host")
     assert image_key(host, env | {"FAKE_DOCKER_LABEL": label}) is None
+
+
+def test_a_rank_that_ignores_sigterm_is_killed(
+    repo: Path, tmp_path: Path, env: dict[str, str], started: list[RankProcess]
+) -> None:
+    executable = str(FAKES / "fake_tensorfold.py")
+    settings = settings_for(
+        repo,
+        tmp_path,
+        "worker",
+        launcher="host",
+        executable=executable,
+        env={"FAKE_TENSORFOLD_IGNORE_TERM": "1"},
+    )
+    rank = launch(settings, env, started)
+    rank.wait_ready(DEADLINE_S, poll_s=0.05)
+    assert rank.stop(timeout_s=0.2) == -9
