@@ -154,7 +154,10 @@ def _git_apply(tree: Path, patches: Sequence[Patch], *options: str) -> subproces
     strip = f"-p{patches[0].strip}" if patches else "-p1"
     text = b"".join(_with_newline(p.path.read_bytes()) for p in patches)
     argv = ["git", "apply", strip, "--whitespace=nowarn", *options]
-    result = subprocess.run(argv, cwd=tree, env=env, input=text, capture_output=True, check=False)
+    try:
+        result = subprocess.run(argv, cwd=tree, env=env, input=text, capture_output=True, check=False)
+    except FileNotFoundError:
+        raise PatchError("git is needed to apply the patch series: install git on this host") from None
     stderr = result.stderr.decode(errors="replace")
     return subprocess.CompletedProcess(argv, result.returncode, "", stderr)
 

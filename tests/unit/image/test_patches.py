@@ -189,3 +189,13 @@ def test_the_shipped_series_is_empty(repo: Path) -> None:
     # no patch ships without a test that applies it to the pinned source
     series = read_series(repo / "patches/tensorfold/v0.6.0/series")
     assert series.patches == ()
+
+
+def test_without_git_the_error_says_so(
+    source: Path, patches: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from sparkfold.image.patches import PatchError
+
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(PatchError, match="git is needed"):
+        apply_series(read_series(patches / "series"), source)
