@@ -10,6 +10,9 @@ serves HTTP on ``--host``/``--port`` until SIGTERM. Knobs, from the environment 
 ``FAKE_TENSORFOLD_FAIL=message``         refuse to start like TensorFold: ``tensorfold: message``, exit 1
 ``FAKE_TENSORFOLD_LOAD_S=seconds``       pretend loading takes this long before ready
 ``FAKE_TENSORFOLD_IGNORE_TERM=1``        once ready, ignore SIGTERM (a hung rank: only SIGKILL ends it)
+``FAKE_TENSORFOLD_RENDEZVOUS=1``         with ``--tp 2``: rank 0 listens on ``--master:--master-port`` and
+                                         serves only once rank 1 has joined; rank 1 exits 1 when rank 0's
+                                         connection closes (as its doorbell wait fails when rank 0 dies)
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import argparse
 import json
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -196,6 +200,56 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"data: [DONE]\n\n")
 
 
+RENDEZVOUS_TIMEOUT_S = 600.0
+LOST_RANK0 = 1
+lost = threading.Event()
+peers: list[socket.socket] = []
+
+
+def wait_for_rank1(args: argparse.Namespace, stop: threading.Event) -> bool:
+    """Rank 0's side of the rendezvous: listen on --master:--master-port until rank 1 joins."""
+    listener = socket.create_server((args.master, args.master_port), reuse_port=False)
+    listener.settimeout(0.2)
+    started = time.monotonic()
+    print("[tensorfold] rank 0 finished loading; waiting for rank 1 (0 s)", flush=True)
+    while not stop.is_set() and time.monotonic() - started < RENDEZVOUS_TIMEOUT_S:
+        try:
+            peer, _ = listener.accept()
+        except TimeoutError:
+            continue
+        peers.append(peer)  # kept open: rank 1 watches it
+        return True
+    return False
+
+
+def join_rank0(args: argparse.Namespace, stop: threading.Event) -> socket.socket | None:
+    """Rank 1's side: connect to rank 0's rendezvous port, retrying until it listens."""
+    print(f"[tensorfold] rank {args.rank} finished loading; waiting for rank 0 (0 s)", flush=True)
+    started = time.monotonic()
+    while not stop.is_set() and time.monotonic() - started < RENDEZVOUS_TIMEOUT_S:
+        try:
+            return socket.create_connection((args.master, args.master_port), timeout=1)
+        except OSError:
+            stop.wait(0.1)
+    if not stop.is_set():
+        print("tensorfold: rank 0 did not answer at the rendezvous", file=sys.stderr, flush=True)
+    return None
+
+
+def watch_rank0(peer: socket.socket, stop: threading.Event) -> None:
+    """Rank 1 exits when rank 0's connection closes (its doorbell wait fails)."""
+    peer.settimeout(None)
+    try:
+        while peer.recv(1024):
+            pass
+    except OSError:
+        pass
+    if not stop.is_set():
+        print("tensorfold: lost rank 0 (rendezvous store connection closed)", file=sys.stderr, flush=True)
+        lost.set()
+        stop.set()
+
+
 def main(argv: list[str]) -> int:
     args = parse(argv)
     stop = threading.Event()
@@ -213,9 +267,17 @@ def main(argv: list[str]) -> int:
     loaded = time.monotonic() - started
     if os.environ.get("FAKE_TENSORFOLD_IGNORE_TERM"):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    rendezvous = bool(os.environ.get("FAKE_TENSORFOLD_RENDEZVOUS")) and args.tp > 1
     if args.rank > 0:
+        peer = join_rank0(args, stop) if rendezvous else None
+        if rendezvous and peer is None:
+            return 0 if stop.is_set() else 1
         print(f"[tensorfold] rank {args.rank} ready in {loaded:.1f} s, following rank 0", flush=True)
+        if peer is not None:
+            threading.Thread(target=watch_rank0, args=(peer, stop), daemon=True).start()
         stop.wait()
+        return LOST_RANK0 if lost.is_set() else 0
+    if rendezvous and not wait_for_rank1(args, stop):
         return 0
     engine = Engine(args)
     print(

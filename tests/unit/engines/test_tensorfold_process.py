@@ -208,3 +208,29 @@ def test_a_rank_that_ignores_sigterm_is_killed(
     rank = launch(settings, env, started)
     rank.wait_ready(DEADLINE_S, poll_s=0.05)
     assert rank.stop(timeout_s=0.2) == -9
+
+
+def test_a_pair_on_loopback_rendezvous_serves_and_rank1_exits_when_rank0_goes(
+    repo: Path, tmp_path: Path, env: dict[str, str], started: list[RankProcess]
+) -> None:
+    # two "hosts": one fake docker state each; the link is loopback (127.0.0.1 <-> 127.0.0.2)
+    port, rendezvous = free_port(), free_port()
+    ranks = {}
+    for name, address, peer in (("worker", "127.0.0.2", "127.0.0.1"), ("head", "127.0.0.1", "127.0.0.2")):
+        data = settings_for(repo, tmp_path, name, env={"FAKE_TENSORFOLD_RENDEZVOUS": "1"}).model_dump(
+            mode="json", exclude_none=True
+        )
+        data["engine"]["port"] = port
+        data["fabric"] |= {"address": address, "peer": peer, "rendezvous_port": rendezvous}
+        host_dir = tmp_path / name
+        host_dir.mkdir()
+        ranks[name] = launch(parse(data), env | {"FAKE_DOCKER_DIR": str(host_dir)}, started)
+    worker, head = ranks["worker"], ranks["head"]
+    worker.wait_ready(DEADLINE_S, poll_s=0.05)  # worker first, as the units start them
+    head.wait_ready(DEADLINE_S, poll_s=0.05)
+    assert "--master 127.0.0.1" in " ".join(worker.plan.command)
+    results = conformance(f"http://127.0.0.1:{port}", timeout_s=10)
+    assert all(r.passed for r in results if r.required)
+    assert head.stop() == 0
+    assert worker.wait(DEADLINE_S) == 1  # lost rank 0
+    assert worker.tail[-1] == "tensorfold: lost rank 0 (rendezvous store connection closed)"
