@@ -192,7 +192,8 @@ class RankProcess:
         timeout_s = self.plan.ready_timeout_s if timeout_s is None else timeout_s
         started = time.monotonic()
         next_progress = started + progress_every_s
-        with httpx.Client(timeout=min(5.0, max(poll_s, 0.5))) as client:
+        # trust_env=False: a proxy from the environment must never sit between us and loopback
+        with httpx.Client(timeout=min(5.0, max(poll_s, 0.5)), trust_env=False) as client:
             while True:
                 elapsed = time.monotonic() - started
                 if self._ready.is_set() or self._healthy(client):
