@@ -116,3 +116,10 @@ def test_a_client_that_leaves_mid_stream_cancels_its_generation(server: str) -> 
     assert health["requests_running"] == 0 and health["requests_total"] == before + 1
     metrics = httpx.get(f"{server}/metrics").text
     assert 'tensorfold:requests_total{finish_reason="abort"} 1.0' in metrics
+
+
+def test_the_conformance_suite_passes(server: str) -> None:
+    from sparkfold.conformance import run
+
+    failed = [f"{r.name}: {r.detail}" for r in run(server) if not r.passed]
+    assert not failed
