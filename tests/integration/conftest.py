@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from engine_procs import EngineProcess
+from engine_procs import RUNTIME, EngineProcess
 
 
 @pytest.fixture(scope="session")
@@ -19,25 +20,13 @@ def smol_dir(request: pytest.FixtureRequest) -> Path:
     """
     target = Path(request.config.cache.mkdir("smollm2-hf"))
     if not (target / "model.safetensors").is_file():
-        from sparkfold.engines.models import resolve_model
-
-        source = resolve_model("smollm2")
-        script = (
-            "import sys, torch\n"
-            "from transformers import AutoModelForCausalLM, AutoTokenizer\n"
-            "d, f, out = sys.argv[1:]\n"
-            "tok = AutoTokenizer.from_pretrained(d, gguf_file=f)\n"
-            "m = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=torch.float32)\n"
-            "m.hf_quantizer = None\n"
-            "del m.config.quantization_config\n"
-            "m.save_pretrained(out)\n"
-            "tok.save_pretrained(out)\n"
+        # in a child process: the GGUF load leaves threads and memory this test process does not need
+        script = "import sys, pathlib; from sparkfold.engines import models as m; " + (
+            "m.export_hf_dir(m.resolve_model('smollm2'), pathlib.Path(sys.argv[1]))"
         )
+        env = {**os.environ, "PYTHONPATH": str(RUNTIME)}
         subprocess.run(
-            [sys.executable, "-c", script, str(source.path), str(source.gguf_file), str(target)],
-            check=True,
-            capture_output=True,
-            timeout=300,
+            [sys.executable, "-c", script, str(target)], env=env, check=True, capture_output=True, timeout=300
         )
     return target
 

