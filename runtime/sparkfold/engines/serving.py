@@ -118,6 +118,8 @@ class EngineService:
             )
         self.renderer = renderer
         self.counters = EngineCounters()
+        self.ready = True
+        """False until the supervisor's start-up probe answered: ``/health`` says ``ok`` only then."""
 
     # --- admission ------------------------------------------------------------------------------
 
@@ -263,7 +265,7 @@ class EngineService:
         peer = self.peer_state()
         c = self.counters
         return EngineHealth(
-            ok=self.generator.healthy() and (peer is None or peer.state != "lost"),
+            ok=self.ready and self.generator.healthy() and (peer is None or peer.state != "lost"),
             backend=self.generator.backend,
             busy=c.requests_running > 0,
             requests_running=c.requests_running,

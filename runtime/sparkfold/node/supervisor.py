@@ -196,6 +196,7 @@ async def _serve(settings: Settings, generator: Any, watch: PeerWatch | None) ->
         thinking=engine.thinking,
         peer_state=watch.state if watch else None,
     )
+    service.ready = False  # until the probe below answered
     config = uvicorn.Config(
         create_app(service),
         host=engine.host,
@@ -224,6 +225,7 @@ async def _serve(settings: Settings, generator: Any, watch: PeerWatch | None) ->
                 raise RankError(f"engine server could not listen on {engine.host}:{engine.port}")
             await asyncio.sleep(0.05)
         await _probe(engine.host, engine.port)
+        service.ready = True
         log.info(
             "serving %s at http://%s:%d/v1, rank 0 of %d (context %d)",
             engine.served_name,
