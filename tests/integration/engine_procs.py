@@ -51,9 +51,12 @@ def write_config(
 class EngineProcess:
     """``sparkfold engine --config FILE`` as a child process (optionally inside a netns)."""
 
-    def __init__(self, config: Path, log: Path, prefix: Sequence[str] = ()) -> None:
-        env = {**os.environ, "PYTHONPATH": str(RUNTIME), "OMP_NUM_THREADS": "1"}
-        env.pop("NOTIFY_SOCKET", None)
+    def __init__(
+        self, config: Path, log: Path, prefix: Sequence[str] = (), env: dict[str, str] | None = None
+    ) -> None:
+        base = {**os.environ, "PYTHONPATH": str(RUNTIME), "OMP_NUM_THREADS": "1"}
+        base.pop("NOTIFY_SOCKET", None)
+        env = {**base, **(env or {})}
         self.log = log
         self._out = log.open("wb")
         command = [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 from pathlib import Path
 
 import httpx
@@ -62,3 +63,29 @@ def test_ranks_with_different_engine_settings_refuse_to_start_naming_the_field(
         out = engine.output()
         assert "engine settings differ between rank 0 and rank 1: engine.context" in out
         assert "Traceback" not in out
+
+
+def test_systemd_hears_ready_after_the_probe_then_watchdog_pings(
+    smol_dir: Path, tmp_path: Path, engines: list[EngineProcess]
+) -> None:
+    port = free_port()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as notify_socket:
+        notify_socket.bind(str(tmp_path / "notify.sock"))
+        notify_socket.settimeout(120)
+        env = {"NOTIFY_SOCKET": str(tmp_path / "notify.sock"), "WATCHDOG_USEC": "1000000"}
+        engine = EngineProcess(
+            write_config(tmp_path / "e.toml", smol_dir, port=port), tmp_path / "e.log", env=env
+        )
+        engines.append(engine)
+        messages: list[str] = []
+        while not any("WATCHDOG=1" in m for m in messages):  # bounded by the socket timeout
+            messages.append(notify_socket.recv(512).decode())
+            if "READY=1" in messages[-1]:  # READY means the server answers now
+                assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).json()["ok"] is True
+        ready = next(i for i, m in enumerate(messages) if "READY=1" in m)
+        assert any(m.startswith("MAINPID=") for m in messages[:ready])
+        assert ready < next(i for i, m in enumerate(messages) if "WATCHDOG=1" in m)
+        engine.signal(signal.SIGTERM)
+        while "STOPPING=1" not in messages[-1]:  # watchdog pings may still come first
+            messages.append(notify_socket.recv(512).decode())
+    assert engine.wait_exit(60) == 0

@@ -42,10 +42,14 @@ class EngineUnavailable(RankError):
 def _die(message: str) -> None:
     """Log one line and leave now, whatever other threads are stuck in."""
     log.critical("%s", message)
-    for handler in logging.getLogger().handlers:
-        handler.flush()
+    _flush_logs()
     notify(f"STATUS={message}")
     os._exit(1)
+
+
+def _flush_logs() -> None:
+    for handler in logging.getLogger().handlers:
+        handler.flush()
 
 
 def _configure_logging(settings: Settings) -> None:
@@ -164,7 +168,8 @@ def _follow(runner: Any, watch: PeerWatch | None) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    threading.Thread(target=follow, name="follow", daemon=True).start()
+    follower = threading.Thread(target=follow, name="follow", daemon=True)
+    follower.start()
     log.info("rank 1 ready, following rank 0")
     notify("READY=1", "STATUS=loaded; following rank 0")
     interval = watchdog_interval_s() or 1.0
@@ -172,6 +177,9 @@ def _follow(runner: Any, watch: PeerWatch | None) -> int:
         if watch is None or watch.alive():
             notify("WATCHDOG=1")
     notify("STOPPING=1")
+    if follower.is_alive():  # signalled while waiting in a collective: nothing to drain on rank 1
+        _flush_logs()
+        os._exit(result["code"])
     return result["code"]
 
 
