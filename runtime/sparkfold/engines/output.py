@@ -51,7 +51,10 @@ class TextStream:
     """Incremental detokenizer with stop strings.
 
     ``push(token_id)`` returns the text that is now final; ``stopped`` turns true when a stop
-    string appeared (the stop string and everything after it are dropped).
+    string appeared (the stop string and everything after it are dropped). Each step decodes only
+    a short window (the previous token onwards, compared with the same window without the new
+    token), so a long reply costs linear time, and tokenizers that treat a leading space
+    specially still join up correctly.
     """
 
     def __init__(self, decode: Callable[[Sequence[int]], str], stop: Sequence[str] = ()) -> None:
@@ -59,7 +62,9 @@ class TextStream:
         self._stop = [s for s in stop if s]
         self._hold = max((len(s) for s in self._stop), default=1) - 1
         self._ids: list[int] = []
-        self._text = ""  # decoded text of self._ids
+        self._prefix = 0  # window start: ids before it are decoded for good
+        self._read = 0  # ids before it are in self._text
+        self._text = ""  # final text so far
         self._sent = 0  # characters of self._text already returned
         self.stopped = False
 
@@ -67,10 +72,8 @@ class TextStream:
         if self.stopped:
             return ""
         self._ids.append(token_id)
-        text = self._decode(self._ids)
-        if text.endswith("\ufffd"):
+        if not self._advance(final=False):
             return ""  # an incomplete multi-byte character: wait for the next token
-        self._text = text
         for stop in self._stop:
             at = self._text.find(stop, max(0, self._sent - len(stop)))
             if at >= 0:
@@ -80,7 +83,19 @@ class TextStream:
 
     def flush(self) -> str:
         """The held-back tail once the reply ended without a stop string."""
-        return "" if self.stopped else self._take(len(self._text))
+        if self.stopped:
+            return ""
+        self._advance(final=True)
+        return self._take(len(self._text))
+
+    def _advance(self, final: bool) -> bool:
+        before = self._decode(self._ids[self._prefix : self._read])
+        after = self._decode(self._ids[self._prefix :])
+        if not final and (after.endswith("\ufffd") or len(after) <= len(before)):
+            return False
+        self._text += after[len(before) :]
+        self._prefix, self._read = self._read, len(self._ids)
+        return True
 
     def _take(self, end: int) -> str:
         end = max(end, self._sent)

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
 from sparkfold.engines.output import PlainParser, TextStream
 
 
@@ -41,3 +43,15 @@ def test_plain_parser_calls_everything_content() -> None:
     parser = PlainParser()
     assert [d.content for d in parser.feed("hi")] == ["hi"]
     assert parser.feed("") == [] and parser.finish() == [] and not parser.tool_calls_made
+
+
+def test_a_real_tokenizer_round_trips_through_the_window() -> None:
+
+    vocab = {"[UNK]": 0, "Ġhello": 1, "Ġworld": 2, "hello": 3, "!": 4, "Ġ": 5}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    ids = [3, 2, 1, 4, 2]
+    stream = TextStream(lambda part: tokenizer.decode(list(part)))
+    text = "".join(stream.push(i) for i in ids) + stream.flush()
+    assert text == tokenizer.decode(ids) == "hello world hello! world"
