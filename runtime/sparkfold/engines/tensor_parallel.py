@@ -171,7 +171,7 @@ class Link:
 class ParallelMLP(nn.Module):
     """This rank's half of a gated MLP (``down(act(gate(x)) * up(x))``), summed across ranks."""
 
-    def __init__(self, mlp: nn.Module, rank: int, reduce: Callable[[torch.Tensor], torch.Tensor]) -> None:
+    def __init__(self, mlp: Any, rank: int, reduce: Callable[[torch.Tensor], torch.Tensor]) -> None:
         super().__init__()
         gate, up, down = mlp.gate_proj, mlp.up_proj, mlp.down_proj
         width = gate.out_features

@@ -272,11 +272,11 @@ class TransformersGenerator:
             job.emit(EngineFailure(message))
         while True:  # answer what is still queued
             try:
-                job = self._inbox.get_nowait()
+                queued = self._inbox.get_nowait()
             except queue.Empty:
                 break
-            if job is not None:
-                job.emit(EngineFailure(message))
+            if queued is not None:
+                queued.emit(EngineFailure(message))
         if self._on_fatal is not None:
             self._on_fatal(message)
 

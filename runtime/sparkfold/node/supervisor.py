@@ -211,7 +211,7 @@ async def _serve(settings: Settings, generator: Any, watch: PeerWatch | None) ->
         port=engine.port,
         lifespan="off",
         log_level="warning",
-        timeout_graceful_shutdown=engine.drain_s,
+        timeout_graceful_shutdown=engine.drain_s,  # type: ignore[arg-type]  # seconds; a float works
     )
     server = uvicorn.Server(config)
     server.capture_signals = _no_signal_capture  # type: ignore[method-assign]  # we own SIGTERM
