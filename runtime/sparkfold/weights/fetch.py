@@ -1,0 +1,192 @@
+"""``sparkfold weights fetch``: a pinned Hub revision into a store directory, verified, with its manifest.
+
+The steps, each skipped when there is nothing to do:
+
+1. refuse a moving revision (branch, tag) unless allowed; a 40-hex commit is the pin;
+2. when the manifest beside ``dest`` already names this repo and commit and the files match it (sizes
+   by default, sha256 with ``recheck="sha256"``), stop: nothing changed, and the Hub is not contacted,
+   so this also works with ``HF_HUB_OFFLINE=1``;
+3. list the revision's files (sizes, LFS sha256, git ids) from the Hub;
+4. check the disk for what is still missing only;
+5. download the missing files (a cut transfer is resumed with a Range request; a finished file is never
+   fetched again), progress on stderr;
+6. hash every file and compare with the Hub (LFS files by sha256, the others by git blob id); a file
+   that differs is fetched once more, then the fetch fails naming it;
+7. write the manifest (the Hub's sizes and sha256) and check the directory holds nothing else.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from sparkfold.weights import hub
+from sparkfold.weights.disk import DEFAULT_RESERVE_GIB, SpaceCheck, check_space, free_bytes, missing_bytes
+from sparkfold.weights.errors import HubError, ManifestError, VerifyError
+from sparkfold.weights.hashing import DEFAULT_JOBS, FileDigest, hash_files
+from sparkfold.weights.manifest import (
+    Manifest,
+    ManifestFile,
+    default_manifest_path,
+    list_files,
+    read_manifest,
+    write_manifest,
+)
+from sparkfold.weights.progress import DEFAULT_INTERVAL_S, Progress
+from sparkfold.weights.verify import compare, verify_dir
+
+__all__ = ["FetchResult", "fetch"]
+
+Recheck = Literal["sizes", "sha256"]
+
+
+@dataclass
+class FetchResult:
+    """What one fetch did; ``to_json()`` is the documented ``--json`` shape."""
+
+    repo: str
+    revision: str
+    commit: str
+    dest: Path
+    manifest_path: Path
+    manifest: Manifest
+    checked: str  # "sizes" | "sha256": how the files were checked on the way out
+    downloaded: list[str] = field(default_factory=list)
+    manifest_written: bool = False
+    space: SpaceCheck | None = None
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.downloaded) or self.manifest_written
+
+    def to_json(self) -> dict[str, Any]:
+        by_path = self.manifest.by_path()
+        return {
+            "ok": True,
+            "changed": self.changed,
+            "repo": self.repo,
+            "revision": self.revision,
+            "commit": self.commit,
+            "dest": str(self.dest),
+            "manifest": str(self.manifest_path),
+            "digest": self.manifest.digest,
+            "files": len(self.manifest.files),
+            "total_bytes": self.manifest.total_bytes,
+            "downloaded": self.downloaded,
+            "downloaded_bytes": sum(by_path[p].size for p in self.downloaded),
+            "checked": self.checked,
+            "space": self.space.to_json() if self.space is not None else None,
+        }
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _existing(manifest_path: Path, repo: str, commit: str) -> Manifest | None:
+    try:
+        manifest = read_manifest(manifest_path)
+    except ManifestError:
+        return None
+    return manifest if (manifest.repo, manifest.revision) == (repo, commit) else None
+
+
+def _matches(remote: hub.RemoteFile, digest: FileDigest) -> bool:
+    if digest.size != remote.size:
+        return False
+    if remote.sha256 is not None:
+        return digest.sha256 == remote.sha256
+    return remote.git_oid is None or digest.git_oid == remote.git_oid
+
+
+def fetch(
+    repo: str,
+    revision: str,
+    dest: Path,
+    *,
+    manifest_path: Path | None = None,
+    token_file: Path | None = None,
+    allow_moving_revision: bool = False,
+    endpoint: str | None = None,
+    reserve_gib: float = DEFAULT_RESERVE_GIB,
+    recheck: Recheck = "sizes",
+    jobs: int = DEFAULT_JOBS,
+    interval_s: float = DEFAULT_INTERVAL_S,
+    warn: Callable[[str], None] = _stderr,
+    free: Callable[[Path], int] = free_bytes,
+) -> FetchResult:
+    hub.require_pin(repo, revision, allow_moving=allow_moving_revision)
+    manifest_path = manifest_path or default_manifest_path(dest)
+    stale: set[str] = set()
+
+    if hub.is_commit(revision) and (done := _existing(manifest_path, repo, revision)) is not None:
+        report = verify_dir(dest, done, sizes_only=recheck == "sizes", jobs=jobs, interval_s=interval_s)
+        if report.ok:
+            return FetchResult(repo, revision, revision, dest, manifest_path, done, checked=report.mode)
+        warn(f"{report.message()}: fetching again")
+        stale = {m.path for m in report.wrong_sha256}
+    if hub.hub_offline():
+        raise HubError(
+            f"{repo}@{revision}: HF_HUB_OFFLINE is set and {dest} does not hold this revision: "
+            "unset HF_HUB_OFFLINE to download, or copy the files in and run `sparkfold weights verify`"
+        )
+
+    token = hub.read_token_file(token_file, warn) if token_file is not None else None
+    where = str(token_file) if token_file is not None else None
+    snap = hub.snapshot(repo, revision, endpoint=endpoint, token=token, token_file=where)
+    present = list_files(dest)
+    todo = [f for f in snap.files if present.get(f.path) != f.size or f.path in stale]
+    space = check_space(
+        dest, missing_bytes(((f.path, f.size) for f in todo), {}), reserve_gib=reserve_gib, free=free
+    )
+    dest.mkdir(parents=True, exist_ok=True)
+
+    def get(files: list[hub.RemoteFile]) -> None:
+        progress = Progress("download", sum(f.size for f in files), interval_s=interval_s)
+        finished = 0
+        with hub.watch_partial_downloads(dest, progress, lambda: finished):
+            for f in files:
+                hub.forget_local_copy(dest, f.path)
+                hub.download(snap, f.path, dest, endpoint=endpoint, token=token, token_file=where)
+                finished += f.size
+                progress.advance(0, f.path)
+        if files:
+            progress.update(finished)
+            progress.finish(f"{len(files)} files from {repo}@{snap.commit[:12]}")
+
+    get(todo)
+    downloaded = [f.path for f in todo]
+    remote = {f.path: f for f in snap.files}
+    need_oid = frozenset(f.path for f in snap.files if f.sha256 is None)
+    progress = Progress("verify", sum(f.size for f in snap.files), interval_s=interval_s)
+    digests = hash_files(dest, list(remote), jobs=jobs, progress=progress, git_oid_for=need_oid)
+    bad = [remote[p] for p, d in digests.items() if not _matches(remote[p], d)]
+    if bad:
+        warn(f"{dest}: {', '.join(f.path for f in bad)} differ from the Hub after download: fetching again")
+        get(bad)
+        downloaded += [f.path for f in bad if f.path not in downloaded]
+        digests.update(hash_files(dest, [f.path for f in bad], jobs=jobs, git_oid_for=need_oid))
+        still = [f.path for f in bad if not _matches(f, digests[f.path])]
+        for path in still:
+            hub.forget_local_copy(dest, path)
+        if still:
+            raise HubError(
+                f"{dest}: {', '.join(still)} still differ from {repo}@{snap.commit} after a second download: "
+                "check the disk and the network path, then run the fetch again"
+            )
+
+    manifest = Manifest.of(
+        (ManifestFile(path=p, size=d.size, sha256=d.sha256) for p, d in digests.items()),
+        repo=repo,
+        revision=snap.commit,
+    )
+    report = compare(str(dest), manifest, list_files(dest), digests)
+    if not report.ok:
+        raise VerifyError(report)
+    written = write_manifest(manifest, manifest_path)
+    return FetchResult(
+        repo, revision, snap.commit, dest, manifest_path, manifest, "sha256", downloaded, written, space
+    )
