@@ -146,15 +146,15 @@ def fetch(
 
     def get(files: list[hub.RemoteFile]) -> None:
         progress = Progress("download", sum(f.size for f in files), interval_s=interval_s)
-        finished = 0
-        with hub.watch_partial_downloads(dest, progress, lambda: finished):
+        finished, current = 0, ""
+        with hub.watch_partial_downloads(dest, progress, lambda: (finished, current)):
             for f in files:
+                current = f.path
                 hub.forget_local_copy(dest, f.path)
                 hub.download(snap, f.path, dest, endpoint=endpoint, token=token, token_file=where)
                 finished += f.size
-                progress.advance(0, f.path)
         if files:
-            progress.update(finished)
+            progress.done = finished
             progress.finish(f"{len(files)} files from {repo}@{snap.commit[:12]}")
 
     get(todo)

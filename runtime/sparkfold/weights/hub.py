@@ -211,8 +211,11 @@ def download(
 
 
 @contextmanager
-def watch_partial_downloads(dest: Path, progress: Progress, base: Callable[[], int]) -> Iterator[None]:
-    """While inside, report ``base()`` plus the bytes of the partial files huggingface_hub is writing."""
+def watch_partial_downloads(
+    dest: Path, progress: Progress, status: Callable[[], tuple[int, str]]
+) -> Iterator[None]:
+    """While inside, report the finished bytes and current file from ``status()``, plus the bytes of
+    the partial files huggingface_hub is writing, once a second (``progress`` limits the lines)."""
     partial_dir = dest / ".cache" / "huggingface" / "download"
     stop = threading.Event()
 
@@ -227,7 +230,8 @@ def watch_partial_downloads(dest: Path, progress: Progress, base: Callable[[], i
 
     def watch() -> None:
         while not stop.wait(1.0):
-            progress.update(base() + partial_bytes())
+            finished, current = status()
+            progress.update(finished + partial_bytes(), current)
 
     thread = threading.Thread(target=watch, name="sparkfold-download-progress", daemon=True)
     thread.start()
