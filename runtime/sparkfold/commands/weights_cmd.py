@@ -130,7 +130,10 @@ def space(directory: Path, manifest_file: Path | None, reserve_gib: float, as_js
 @command.command("fetch")
 @click.option("--repo", metavar="ID", required=True, help="Hugging Face repo id, e.g. org/name.")
 @click.option(
-    "--revision", metavar="COMMIT", required=True, help="The pinned 40-hex commit (a branch needs --allow-moving-revision)."
+    "--revision",
+    metavar="COMMIT",
+    required=True,
+    help="The pinned 40-hex commit (a branch needs --allow-moving-revision).",
 )
 @click.option(
     "--dest",
