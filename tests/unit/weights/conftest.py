@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fakes"))
 
-from fake_hub import FakeHub, FakeRepo  # noqa: E402
+from fake_hub import FakeHub, FakeRepo
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 

@@ -7,13 +7,14 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import COMMIT, FakeHub, FakeRepo, model_files
 
+from conftest import COMMIT, FakeHub, FakeRepo, model_files
 from sparkfold.weights import (
     DiskSpaceError,
     HubError,
     RevisionError,
     TokenFileError,
+    VerifyError,
     read_manifest,
     verify_dir,
 )
@@ -63,7 +64,7 @@ def test_offline_a_complete_store_verifies_and_an_incomplete_one_says_what_to_do
     _fetch(hub, tmp_path / "m")
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     assert not _fetch(hub, tmp_path / "m", recheck="sha256").changed  # type: ignore[attr-defined]
-    with pytest.raises(HubError, match="HF_HUB_OFFLINE is set and .* does not hold this revision"):
+    with pytest.raises(HubError, match=r"HF_HUB_OFFLINE is set and .* does not hold this revision"):
         _fetch(hub, tmp_path / "other")
 
 
@@ -130,7 +131,8 @@ def test_the_disk_check_counts_only_what_is_missing(hub: FakeHub, tmp_path: Path
     with pytest.raises(DiskSpaceError) as caught:
         _fetch(hub, dest, reserve_gib=1, free=lambda _: GIB + missing - 1)
     assert str(caught.value) == (
-        f"{dest}: need 293.0 KiB more (and 1.0 GiB kept free), 1.0 GiB free: free space or choose another store"
+        f"{dest}: need 293.0 KiB more (and 1.0 GiB kept free), 1.0 GiB free: "
+        "free space or choose another store"
     )
     assert not (dest / SHARD).exists()
     assert _fetch(hub, dest, reserve_gib=1, free=lambda _: GIB + missing).downloaded == [SHARD]  # type: ignore[attr-defined]
@@ -212,5 +214,5 @@ def test_an_unreachable_hub_says_so(tmp_path: Path) -> None:
 def test_leftovers_in_the_store_fail_the_fetch_by_name(hub: FakeHub, tmp_path: Path) -> None:
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "old-shard.safetensors").write_bytes(b"from another revision")
-    with pytest.raises(Exception, match="not in the manifest: old-shard.safetensors"):
+    with pytest.raises(VerifyError, match=r"not in the manifest: old-shard\.safetensors\): remove the files"):
         _fetch(hub, tmp_path / "m")

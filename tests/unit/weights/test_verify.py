@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from conftest import model_files, write_tree
-
 from sparkfold.weights import Manifest, build_manifest, verify_dir
 from sparkfold.weights.verify import Mismatch
 
