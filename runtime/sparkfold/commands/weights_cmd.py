@@ -123,8 +123,8 @@ def space(directory: Path, manifest_file: Path | None, reserve_gib: float, as_js
     if as_json:
         echo_json(check.to_json())
     else:
-        need, free = human_bytes(check.need_bytes), human_bytes(check.free_bytes)
-        click.echo(f"{directory}: {need} still to copy, {free} free")
+        to_copy, free = human_bytes(check.need_bytes), human_bytes(check.free_bytes)
+        click.echo(f"{directory}: {to_copy} still to copy, {free} free")
 
 
 @command.command("fetch")

@@ -103,7 +103,9 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
     return tuple(found)
 
 
-def _hub_error(exc: Exception, repo: str, revision: str, endpoint: str, token_file: str | None) -> HubError:
+def _hub_error(
+    exc: Exception, repo: str, revision: str, endpoint: str, token_file: str | None
+) -> HubError | RevisionError:
     """One line for the operator; built from the error's type and status, never from its text."""
     from huggingface_hub.errors import (
         GatedRepoError,
@@ -200,7 +202,7 @@ def download(
     huggingface_hub resumes a transfer cut mid-file with a Range request, in the same run.
     """
     from huggingface_hub import hf_hub_download
-    from huggingface_hub.utils import disable_progress_bars
+    from huggingface_hub.utils.tqdm import disable_progress_bars
 
     disable_progress_bars()  # our own progress lines go to stderr instead of redrawn bars
     where = _endpoint(endpoint)

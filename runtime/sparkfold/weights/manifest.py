@@ -102,8 +102,8 @@ class Manifest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    format: Literal["sparkfold-weights-manifest"] = FORMAT
-    version: Literal[1] = VERSION
+    format: Literal["sparkfold-weights-manifest"] = "sparkfold-weights-manifest"
+    version: Literal[1] = 1
     repo: str | None = Field(None, description="Hugging Face repo id, when the files came from the Hub")
     revision: str | None = Field(None, description="the commit the files came from, when known")
     total_bytes: int = Field(..., ge=0)
