@@ -86,12 +86,23 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _existing(manifest_path: Path, repo: str, commit: str) -> Manifest | None:
+def _in_place(
+    manifest_path: Path, repo: str, commit: str, dest: Path, recheck: Recheck, opts: _Options
+) -> tuple[Manifest | None, set[str]]:
+    """The manifest when ``dest`` already holds this commit intact; else the files known to be corrupt."""
     try:
         manifest = read_manifest(manifest_path)
     except ManifestError:
-        return None
-    return manifest if (manifest.repo, manifest.revision) == (repo, commit) else None
+        return None, set()
+    if (manifest.repo, manifest.revision) != (repo, commit):
+        return None, set()
+    report = verify_dir(
+        dest, manifest, sizes_only=recheck == "sizes", jobs=opts.jobs, interval_s=opts.interval_s
+    )
+    if report.ok:
+        return manifest, set()
+    opts.warn(f"{report.message()}: fetching again")
+    return None, {m.path for m in report.wrong_sha256}
 
 
 def _matches(remote: hub.RemoteFile, digest: FileDigest) -> bool:
@@ -100,6 +111,69 @@ def _matches(remote: hub.RemoteFile, digest: FileDigest) -> bool:
     if remote.sha256 is not None:
         return digest.sha256 == remote.sha256
     return remote.git_oid is None or digest.git_oid == remote.git_oid
+
+
+@dataclass(frozen=True)
+class _Options:
+    jobs: int
+    interval_s: float
+    warn: Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class _Source:
+    snap: hub.RemoteSnapshot
+    dest: Path
+    endpoint: str | None
+    token: str | None
+    token_file: str | None
+
+    def get(self, files: list[hub.RemoteFile], opts: _Options) -> None:
+        """Download ``files`` in order (each replaces any stale copy), progress on stderr."""
+        if not files:
+            return
+        progress = Progress("download", sum(f.size for f in files), interval_s=opts.interval_s)
+        finished, current = 0, ""
+        with hub.watch_partial_downloads(self.dest, progress, lambda: (finished, current)):
+            for f in files:
+                current = f.path
+                hub.forget_local_copy(self.dest, f.path)
+                hub.download(
+                    self.snap,
+                    f.path,
+                    self.dest,
+                    endpoint=self.endpoint,
+                    token=self.token,
+                    token_file=self.token_file,
+                )
+                finished += f.size
+        progress.done = finished
+        progress.finish(f"{len(files)} files from {self.snap.repo}@{self.snap.commit[:12]}")
+
+    def hash_and_repair(self, opts: _Options) -> tuple[dict[str, FileDigest], list[str]]:
+        """Hash every file and compare with the Hub; a differing file is fetched once more."""
+        remote = {f.path: f for f in self.snap.files}
+        need_oid = frozenset(f.path for f in self.snap.files if f.sha256 is None)
+        progress = Progress("verify", sum(f.size for f in self.snap.files), interval_s=opts.interval_s)
+        digests = hash_files(self.dest, list(remote), jobs=opts.jobs, progress=progress, git_oid_for=need_oid)
+        bad = [remote[p] for p, d in digests.items() if not _matches(remote[p], d)]
+        if not bad:
+            return digests, []
+        opts.warn(
+            f"{self.dest}: {', '.join(f.path for f in bad)} differ from the Hub after download: "
+            "fetching them again"
+        )
+        self.get(bad, opts)
+        digests.update(hash_files(self.dest, [f.path for f in bad], jobs=opts.jobs, git_oid_for=need_oid))
+        still = [f.path for f in bad if not _matches(f, digests[f.path])]
+        for path in still:
+            hub.forget_local_copy(self.dest, path)
+        if still:
+            raise HubError(
+                f"{self.dest}: {', '.join(still)} still differ from {self.snap.repo}@{self.snap.commit} "
+                "after a second download: check the disk and the network path, then run the fetch again"
+            )
+        return digests, [f.path for f in bad]
 
 
 def fetch(
@@ -120,14 +194,12 @@ def fetch(
 ) -> FetchResult:
     hub.require_pin(repo, revision, allow_moving=allow_moving_revision)
     manifest_path = manifest_path or default_manifest_path(dest)
+    opts = _Options(jobs, interval_s, warn)
     stale: set[str] = set()
-
-    if hub.is_commit(revision) and (done := _existing(manifest_path, repo, revision)) is not None:
-        report = verify_dir(dest, done, sizes_only=recheck == "sizes", jobs=jobs, interval_s=interval_s)
-        if report.ok:
-            return FetchResult(repo, revision, revision, dest, manifest_path, done, checked=report.mode)
-        warn(f"{report.message()}: fetching again")
-        stale = {m.path for m in report.wrong_sha256}
+    if hub.is_commit(revision):
+        done, stale = _in_place(manifest_path, repo, revision, dest, recheck, opts)
+        if done is not None:
+            return FetchResult(repo, revision, revision, dest, manifest_path, done, checked=recheck)
     if hub.hub_offline():
         raise HubError(
             f"{repo}@{revision}: HF_HUB_OFFLINE is set and {dest} does not hold this revision: "
@@ -137,46 +209,26 @@ def fetch(
     token = hub.read_token_file(token_file, warn) if token_file is not None else None
     where = str(token_file) if token_file is not None else None
     snap = hub.snapshot(repo, revision, endpoint=endpoint, token=token, token_file=where)
+    if not hub.is_commit(revision):
+        done, stale = _in_place(manifest_path, repo, snap.commit, dest, recheck, opts)
+        if done is not None:
+            return FetchResult(repo, revision, snap.commit, dest, manifest_path, done, checked=recheck)
+
     present = list_files(dest)
+    listed = {f.path for f in snap.files}
+    if leftovers := [path for path in present if path not in listed]:
+        raise HubError(
+            f"{dest} holds files that are not in {repo}@{snap.commit} ({', '.join(leftovers[:5])}): "
+            "remove them, or fetch into a directory of its own"
+        )
     todo = [f for f in snap.files if present.get(f.path) != f.size or f.path in stale]
-    space = check_space(
-        dest, missing_bytes(((f.path, f.size) for f in todo), {}), reserve_gib=reserve_gib, free=free
-    )
+    need = missing_bytes(((f.path, f.size) for f in todo), {})
+    space = check_space(dest, need, reserve_gib=reserve_gib, free=free)
     dest.mkdir(parents=True, exist_ok=True)
-
-    def get(files: list[hub.RemoteFile]) -> None:
-        progress = Progress("download", sum(f.size for f in files), interval_s=interval_s)
-        finished, current = 0, ""
-        with hub.watch_partial_downloads(dest, progress, lambda: (finished, current)):
-            for f in files:
-                current = f.path
-                hub.forget_local_copy(dest, f.path)
-                hub.download(snap, f.path, dest, endpoint=endpoint, token=token, token_file=where)
-                finished += f.size
-        if files:
-            progress.done = finished
-            progress.finish(f"{len(files)} files from {repo}@{snap.commit[:12]}")
-
-    get(todo)
-    downloaded = [f.path for f in todo]
-    remote = {f.path: f for f in snap.files}
-    need_oid = frozenset(f.path for f in snap.files if f.sha256 is None)
-    progress = Progress("verify", sum(f.size for f in snap.files), interval_s=interval_s)
-    digests = hash_files(dest, list(remote), jobs=jobs, progress=progress, git_oid_for=need_oid)
-    bad = [remote[p] for p, d in digests.items() if not _matches(remote[p], d)]
-    if bad:
-        warn(f"{dest}: {', '.join(f.path for f in bad)} differ from the Hub after download: fetching again")
-        get(bad)
-        downloaded += [f.path for f in bad if f.path not in downloaded]
-        digests.update(hash_files(dest, [f.path for f in bad], jobs=jobs, git_oid_for=need_oid))
-        still = [f.path for f in bad if not _matches(f, digests[f.path])]
-        for path in still:
-            hub.forget_local_copy(dest, path)
-        if still:
-            raise HubError(
-                f"{dest}: {', '.join(still)} still differ from {repo}@{snap.commit} after a second download: "
-                "check the disk and the network path, then run the fetch again"
-            )
+    source = _Source(snap, dest, endpoint, token, where)
+    source.get(todo, opts)
+    digests, again = source.hash_and_repair(opts)
+    downloaded = [f.path for f in todo] + [path for path in again if path not in {f.path for f in todo}]
 
     manifest = Manifest.of(
         (ManifestFile(path=p, size=d.size, sha256=d.sha256) for p, d in digests.items()),
@@ -184,7 +236,7 @@ def fetch(
         revision=snap.commit,
     )
     report = compare(str(dest), manifest, list_files(dest), digests)
-    if not report.ok:
+    if not report.ok:  # something appeared in the directory while we worked
         raise VerifyError(report)
     written = write_manifest(manifest, manifest_path)
     return FetchResult(

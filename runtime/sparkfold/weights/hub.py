@@ -170,8 +170,12 @@ def snapshot(
         raise HubError(
             f"{repo}@{revision}: {where} answered commit {commit!r}: is HF_ENDPOINT a Hugging Face Hub?"
         )
+    if not info.siblings:
+        raise HubError(
+            f"{repo}@{commit}: the Hub lists no files for this commit: check the repo id and the pin"
+        )
     files = []
-    for sibling in info.siblings or []:
+    for sibling in info.siblings:
         lfs: Any = sibling.lfs
         size = lfs["size"] if lfs else sibling.size
         if size is None:

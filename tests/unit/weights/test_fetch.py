@@ -14,7 +14,6 @@ from sparkfold.weights import (
     HubError,
     RevisionError,
     TokenFileError,
-    VerifyError,
     read_manifest,
     verify_dir,
 )
@@ -211,8 +210,18 @@ def test_an_unreachable_hub_says_so(tmp_path: Path) -> None:
         fetch(REPO, COMMIT, tmp_path / "m", endpoint=url)
 
 
-def test_leftovers_in_the_store_fail_the_fetch_by_name(hub: FakeHub, tmp_path: Path) -> None:
+def test_leftovers_in_the_store_are_named_before_any_download(hub: FakeHub, tmp_path: Path) -> None:
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "old-shard.safetensors").write_bytes(b"from another revision")
-    with pytest.raises(VerifyError, match=r"not in the manifest: old-shard\.safetensors\): remove the files"):
+    with pytest.raises(
+        HubError, match=r"holds files that are not in .* \(old-shard\.safetensors\): remove them"
+    ):
         _fetch(hub, tmp_path / "m")
+    assert not any(r[0] == "GET" and "/api/" not in r[1] for r in hub.requests)
+
+
+def test_a_moving_revision_already_in_place_is_not_hashed_again(hub: FakeHub, tmp_path: Path) -> None:
+    _fetch(hub, tmp_path / "m", revision="main", allow_moving_revision=True)
+    again = _fetch(hub, tmp_path / "m", revision="main", allow_moving_revision=True)
+    assert not again.changed and again.checked == "sizes"  # type: ignore[attr-defined]
+    assert [r[1] for r in hub.requests].count(f"/api/models/{REPO}/revision/main") == 2
