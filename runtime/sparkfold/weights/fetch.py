@@ -224,10 +224,10 @@ def fetch(
     todo = [f for f in snap.files if present.get(f.path) != f.size or f.path in stale]
     need = missing_bytes(((f.path, f.size) for f in todo), {})
     space = check_space(dest, need, reserve_gib=reserve_gib, free=free)
-    dest.mkdir(parents=True, exist_ok=True)
     source = _Source(snap, dest, endpoint, token, where)
-    source.get(todo, opts)
-    digests, again = source.hash_and_repair(opts)
+    with hub.exclusive(dest):
+        source.get(todo, opts)
+        digests, again = source.hash_and_repair(opts)
     downloaded = [f.path for f in todo] + [path for path in again if path not in {f.path for f in todo}]
 
     manifest = Manifest.of(

@@ -11,6 +11,8 @@ here overrides the former per call (a mirror, or the fake Hub in the tests).
 
 from __future__ import annotations
 
+import fcntl
+import os
 import re
 import stat
 import threading
@@ -27,6 +29,7 @@ __all__ = [
     "RemoteFile",
     "RemoteSnapshot",
     "download",
+    "exclusive",
     "forget_local_copy",
     "hub_offline",
     "is_commit",
@@ -184,6 +187,26 @@ def snapshot(
             RemoteFile(sibling.rfilename, int(size), lfs["sha256"] if lfs else None, sibling.blob_id)
         )
     return RemoteSnapshot(repo, revision, commit, tuple(files))
+
+
+@contextmanager
+def exclusive(dest: Path) -> Iterator[None]:
+    """Hold ``dest`` for one fetch; then clear partial files a killed run left (each is unique to its
+    process and never resumed, so it only takes space)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    fd = os.open(dest, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise HubError(
+                f"{dest}: another fetch is writing here: wait for it to finish, or stop it"
+            ) from None
+        for part in (dest / ".cache" / "huggingface" / "download").rglob("*.incomplete"):
+            part.unlink(missing_ok=True)
+        yield
+    finally:
+        os.close(fd)
 
 
 def forget_local_copy(dest: Path, path: str) -> None:

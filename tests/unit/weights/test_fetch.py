@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 from pathlib import Path
@@ -225,3 +226,21 @@ def test_a_moving_revision_already_in_place_is_not_hashed_again(hub: FakeHub, tm
     again = _fetch(hub, tmp_path / "m", revision="main", allow_moving_revision=True)
     assert not again.changed and again.checked == "sizes"  # type: ignore[attr-defined]
     assert [r[1] for r in hub.requests].count(f"/api/models/{REPO}/revision/main") == 2
+
+
+def test_one_fetch_at_a_time_and_a_killed_runs_partial_files_are_cleared(
+    hub: FakeHub, tmp_path: Path
+) -> None:
+    dest = tmp_path / "m"
+    partial = dest / ".cache/huggingface/download/abc.0123.deadbeef.incomplete"
+    partial.parent.mkdir(parents=True)
+    partial.write_bytes(b"x" * 1000)
+    fd = os.open(dest, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        with pytest.raises(HubError, match="another fetch is writing here: wait for it to finish"):
+            _fetch(hub, dest)
+    finally:
+        os.close(fd)
+    _fetch(hub, dest)
+    assert not partial.exists()
