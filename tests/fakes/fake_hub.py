@@ -13,8 +13,9 @@ The CDN is the same server reached as ``localhost`` instead of ``127.0.0.1``: an
 real Hub, so huggingface_hub does not follow the redirect on HEAD and drops the token on the download.
 
 Faults, set on the :class:`FakeHub` between requests: ``cut_once[path] = n`` sends only n bytes of
-that file's next download, then closes the connection; ``fail_get`` answers 500 to downloads of
-those paths. ``requests`` logs every request as ``(method, path, range, authorization)``.
+that file's next download, then closes the connection; ``stall_once[path] = n`` sends n bytes, then
+waits (at most 60 s) for ``release`` to be set before closing; ``fail_get`` answers 500 to downloads
+of those paths. ``requests`` logs every request as ``(method, path, range, authorization)``.
 """
 
 from __future__ import annotations
@@ -69,6 +70,9 @@ class FakeHub:
     def __init__(self, *repos: FakeRepo) -> None:
         self.repos = {r.repo_id: r for r in repos}
         self.cut_once: dict[str, int] = {}
+        self.stall_once: dict[str, int] = {}
+        self.stalled = threading.Event()  # set while a stalled transfer waits
+        self.release = threading.Event()
         self.fail_get: set[str] = set()
         self.requests: list[tuple[str, str, str | None, str | None]] = []
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
@@ -210,9 +214,13 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             if head:
                 return
             cut = hub.cut_once.pop(path, None)
-            if cut is not None:
-                self.wfile.write(body[:cut])
+            stall = hub.stall_once.pop(path, None)
+            if cut is not None or stall is not None:
+                self.wfile.write(body[: cut if cut is not None else stall])
                 self.wfile.flush()
+                if stall is not None:
+                    hub.stalled.set()
+                    hub.release.wait(60)
                 self.close_connection = True
                 return
             self.wfile.write(body)
