@@ -6,13 +6,15 @@ The steps, each skipped when there is nothing to do:
 2. when the manifest beside ``dest`` already names this repo and commit and the files match it (sizes
    by default, sha256 with ``recheck="sha256"``), stop: nothing changed, and the Hub is not contacted,
    so this also works with ``HF_HUB_OFFLINE=1``;
-3. list the revision's files (sizes, LFS sha256, git ids) from the Hub;
-4. check the disk for what is still missing only;
-5. download the missing files (a cut transfer is resumed with a Range request; a finished file is never
-   fetched again), progress on stderr;
-6. hash every file and compare with the Hub (LFS files by sha256, the others by git blob id); a file
+3. list the revision's files (sizes, LFS sha256, git ids) from the Hub (for a moving revision, step 2
+   runs now, with the commit the branch points to);
+4. refuse a directory that holds files the commit does not have, before downloading anything;
+5. check the disk for what is still missing only;
+6. download the missing files (a cut transfer is resumed with a Range request; a finished file is never
+   fetched again), progress on stderr; one fetch per directory at a time;
+7. hash every file and compare with the Hub (LFS files by sha256, the others by git blob id); a file
    that differs is fetched once more, then the fetch fails naming it;
-7. write the manifest (the Hub's sizes and sha256) and check the directory holds nothing else.
+8. write the manifest (the Hub's sizes and sha256).
 """
 
 from __future__ import annotations
@@ -101,7 +103,7 @@ def _in_place(
     )
     if report.ok:
         return manifest, set()
-    opts.warn(f"{report.message()}: fetching again")
+    opts.warn(f"{report.findings()}: fetching again")
     return None, {m.path for m in report.wrong_sha256}
 
 

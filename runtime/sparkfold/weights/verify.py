@@ -60,7 +60,8 @@ class VerifyReport:
             "wrong_sha256": [asdict(m) for m in self.wrong_sha256],
         }
 
-    def message(self) -> str:
+    def findings(self) -> str:
+        """What differs, by name (at most a few per kind), without the advice."""
         if self.ok:
             checked = "sizes" if self.mode == "sizes" else "sizes and sha256"
             return f"{self.directory}: {len(self.manifest.files)} files match the manifest ({checked})"
@@ -71,11 +72,16 @@ class VerifyReport:
             ("not in the manifest", self.extra),
         ]
         said = "; ".join(f"{kind}: {_names(paths)}" for kind, paths in kinds if paths)
+        return f"{self.directory} does not match its manifest ({said})"
+
+    def message(self) -> str:
+        """The one line an operator sees: the findings and what to do."""
+        if self.ok:
+            return self.findings()
         todos = ["fetch or copy the weights again"] if self.bad_paths() else []
         if self.extra:
             todos.append("remove the files not in the manifest")
-        todo = " and ".join(todos)
-        return f"{self.directory} does not match its manifest ({said}): {todo}"
+        return f"{self.findings()}: {' and '.join(todos)}"
 
 
 def _names(paths: list[str]) -> str:
