@@ -15,7 +15,8 @@ real Hub, so huggingface_hub does not follow the redirect on HEAD and drops the 
 Faults, set on the :class:`FakeHub` between requests: ``cut_once[path] = n`` sends only n bytes of
 that file's next download, then closes the connection; ``stall_once[path] = n`` sends n bytes, then
 waits (at most 60 s) for ``release`` to be set before closing; ``fail_get`` answers 500 to downloads
-of those paths. ``requests`` logs every request as ``(method, path, range, authorization)``.
+of those paths; ``plain_resolve`` answers resolve requests for those paths without the Hub's headers
+(as a plain web server would). ``requests`` logs every request as ``(method, path, range, authorization)``.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ class FakeHub:
         self.stalled = threading.Event()  # set while a stalled transfer waits
         self.release = threading.Event()
         self.fail_get: set[str] = set()
+        self.plain_resolve: set[str] = set()
         self.requests: list[tuple[str, str, str | None, str | None]] = []
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
@@ -138,11 +140,13 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 return self._content(*found, head=head, headers={})
             self._error(404, "EntryNotFound")
 
-        def _error(self, status: int, code: str | None) -> None:
-            body = json.dumps({"error": code or "error"}).encode()
+        def _error(self, status: int, code: str | None, message: str | None = None) -> None:
+            body = json.dumps({"error": message or code or "error"}).encode()
             self.send_response(status)
             if code:
                 self.send_header("X-Error-Code", code)
+            if message:
+                self.send_header("X-Error-Message", message)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -178,11 +182,16 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             if found is None:
                 return
             repo, commit = found
-            if repo.token is not None and self.headers.get("Authorization") != f"Bearer {repo.token}":
+            auth = self.headers.get("Authorization")
+            if repo.token is not None and auth is None:
                 return self._error(401, "GatedRepo")
+            if repo.token is not None and auth != f"Bearer {repo.token}":
+                return self._error(401, None, "Invalid credentials in Authorization header")
             if path not in repo.files:
                 return self._error(404, "EntryNotFound")
             sibling = repo.sibling(path)
+            if path in hub.plain_resolve:
+                return self._content(path, repo.files[path], head=head, headers={})
             if not repo.is_lfs(path):
                 headers = {"ETag": f'"{sibling["blobId"]}"', "X-Repo-Commit": commit}
                 return self._content(path, repo.files[path], head=head, headers=headers)

@@ -106,19 +106,36 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
     return tuple(found)
 
 
+def _expected_errors() -> tuple[type[BaseException], ...]:
+    """What huggingface_hub raises for the Hub's answers and the network; anything else is a bug."""
+    from huggingface_hub.errors import (
+        EntryNotFoundError,
+        FileMetadataError,
+        HfHubHTTPError,
+        OfflineModeIsEnabled,
+    )
+
+    return (HfHubHTTPError, OfflineModeIsEnabled, EntryNotFoundError, FileMetadataError, *_transport_errors())
+
+
 def _hub_error(
-    exc: Exception, repo: str, revision: str, endpoint: str, token_file: str | None
+    exc: BaseException, repo: str, revision: str, endpoint: str, token_file: str | None
 ) -> HubError | RevisionError:
     """One line for the operator; built from the error's type and status, never from its text."""
     from huggingface_hub.errors import (
+        FileMetadataError,
         GatedRepoError,
         HfHubHTTPError,
+        LocalEntryNotFoundError,
         OfflineModeIsEnabled,
         RemoteEntryNotFoundError,
         RepositoryNotFoundError,
         RevisionNotFoundError,
     )
 
+    # hf_hub_download wraps a failed HEAD (5xx, network) in "not in the local cache": use the cause
+    while isinstance(exc, LocalEntryNotFoundError) and exc.__cause__ is not None:
+        exc = exc.__cause__
     token_hint = f"the token in {token_file}" if token_file else "a token (--token-file)"
     if isinstance(exc, OfflineModeIsEnabled):
         return HubError(
@@ -143,6 +160,8 @@ def _hub_error(
         if status == 401:
             return HubError(f"Hugging Face does not accept {token_hint}: write a valid read token there")
         return HubError(f"{repo}@{revision}: {endpoint} answered HTTP {status}: try again later")
+    if isinstance(exc, FileMetadataError):
+        return HubError(f"{endpoint} answered without file metadata: is HF_ENDPOINT a Hugging Face Hub?")
     if isinstance(exc, _transport_errors()):
         return HubError(
             f"cannot reach {endpoint} ({type(exc).__name__}): check the node's network, "
@@ -166,7 +185,7 @@ def snapshot(
     where = _endpoint(endpoint)
     try:
         info = HfApi(endpoint=where, token=token).model_info(repo, revision=revision, files_metadata=True)
-    except Exception as exc:
+    except _expected_errors() as exc:
         raise _hub_error(exc, repo, revision, where, token_file) from None
     commit = info.sha or ""
     if not is_commit(commit) or (is_commit(revision) and commit != revision):

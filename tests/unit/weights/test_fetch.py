@@ -184,7 +184,10 @@ def test_a_wrong_token_is_refused_without_showing_it(tmp_path: Path) -> None:
     token_file.chmod(0o600)
     with FakeHub(gated) as hub, pytest.raises(HubError) as caught:
         _fetch(hub, tmp_path / "m", token_file=token_file)
-    assert str(token_file) in str(caught.value) and "hf_wrong_one" not in str(caught.value)
+    assert (
+        str(caught.value)
+        == f"Hugging Face does not accept the token in {token_file}: write a valid read token there"
+    )
 
 
 def test_token_file_problems(hub: FakeHub, tmp_path: Path) -> None:
@@ -200,6 +203,14 @@ def test_token_file_problems(hub: FakeHub, tmp_path: Path) -> None:
     warnings: list[str] = []
     _fetch(hub, tmp_path / "m", token_file=loose, warn=warnings.append)
     assert warnings == [f"warning: {loose} is readable by others (mode 0644): chmod 600 {loose}"]
+
+
+def test_an_endpoint_that_is_not_a_hub_says_so(hub: FakeHub, tmp_path: Path) -> None:
+    hub.plain_resolve.add("config.json")  # no X-Repo-Commit: huggingface_hub reports "not in the local cache"
+    with pytest.raises(
+        HubError, match=r"answered without file metadata: is HF_ENDPOINT a Hugging Face Hub\?"
+    ):
+        _fetch(hub, tmp_path / "m")
 
 
 def test_an_unreachable_hub_says_so(tmp_path: Path) -> None:
