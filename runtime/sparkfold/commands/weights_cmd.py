@@ -169,6 +169,11 @@ def space(directory: Path, manifest_file: Path | None, reserve_gib: float, as_js
     show_default=True,
     help="How a store that already holds the revision is checked before saying nothing changed.",
 )
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Check and plan only: what would be downloaded and whether it fits; writes nothing.",
+)
 @jobs_option
 @json_option
 def fetch(
@@ -181,6 +186,7 @@ def fetch(
     endpoint: str | None,
     reserve_gib: float,
     recheck: str,
+    dry_run: bool,
     jobs: int,
     as_json: bool,
 ) -> None:
@@ -204,6 +210,7 @@ def fetch(
             reserve_gib=reserve_gib,
             recheck="sha256" if recheck == "sha256" else "sizes",
             jobs=jobs,
+            dry_run=dry_run,
             warn=lambda line: click.echo(line, err=True),
         )
     except (WeightsError, OSError) as exc:
@@ -211,5 +218,6 @@ def fetch(
     if as_json:
         echo_json(result.to_json())
         return
-    state = f"downloaded {len(result.downloaded)} files" if result.downloaded else "already complete"
+    verb = "would download" if dry_run else "downloaded"
+    state = f"{verb} {len(result.downloaded)} files" if result.downloaded else "already complete"
     click.echo(f"{repo}@{result.commit} in {dest}: {state}; manifest {result.manifest_path}")

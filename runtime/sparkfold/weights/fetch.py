@@ -47,38 +47,59 @@ Recheck = Literal["sizes", "sha256"]
 
 @dataclass
 class FetchResult:
-    """What one fetch did; ``to_json()`` is the documented ``--json`` shape."""
+    """What one fetch did (or, on a dry run, would do); ``to_json()`` is the documented ``--json`` shape."""
 
     repo: str
     revision: str
     commit: str
     dest: Path
     manifest_path: Path
-    manifest: Manifest
-    checked: str  # "sizes" | "sha256": how the files were checked on the way out
+    files: int
+    total_bytes: int
+    digest: str | None  # None on a dry run that would download
+    checked: str | None  # "sizes" | "sha256": how the files were checked; None on such a dry run
     downloaded: list[str] = field(default_factory=list)
+    downloaded_bytes: int = 0
     manifest_written: bool = False
     space: SpaceCheck | None = None
+    dry_run: bool = False
+
+    @classmethod
+    def in_place(
+        cls, repo: str, revision: str, dest: Path, manifest_path: Path, manifest: Manifest, checked: str
+    ) -> FetchResult:
+        commit = manifest.revision or revision
+        return cls(
+            repo,
+            revision,
+            commit,
+            dest,
+            manifest_path,
+            len(manifest.files),
+            manifest.total_bytes,
+            manifest.digest,
+            checked,
+        )
 
     @property
     def changed(self) -> bool:
         return bool(self.downloaded) or self.manifest_written
 
     def to_json(self) -> dict[str, Any]:
-        by_path = self.manifest.by_path()
         return {
             "ok": True,
             "changed": self.changed,
+            "dry_run": self.dry_run,
             "repo": self.repo,
             "revision": self.revision,
             "commit": self.commit,
             "dest": str(self.dest),
             "manifest": str(self.manifest_path),
-            "digest": self.manifest.digest,
-            "files": len(self.manifest.files),
-            "total_bytes": self.manifest.total_bytes,
+            "digest": self.digest,
+            "files": self.files,
+            "total_bytes": self.total_bytes,
             "downloaded": self.downloaded,
-            "downloaded_bytes": sum(by_path[p].size for p in self.downloaded),
+            "downloaded_bytes": self.downloaded_bytes,
             "checked": self.checked,
             "space": self.space.to_json() if self.space is not None else None,
         }
@@ -191,9 +212,15 @@ def fetch(
     recheck: Recheck = "sizes",
     jobs: int = DEFAULT_JOBS,
     interval_s: float = DEFAULT_INTERVAL_S,
+    dry_run: bool = False,
     warn: Callable[[str], None] = _stderr,
     free: Callable[[Path], int] = free_bytes,
 ) -> FetchResult:
+    """Fetch ``repo`` at ``revision`` into ``dest`` (the steps in the module docstring).
+
+    ``dry_run`` stops after the disk check and writes nothing: the answer lists what would be
+    downloaded (Ansible's check mode).
+    """
     hub.require_pin(repo, revision, allow_moving=allow_moving_revision)
     manifest_path = manifest_path or default_manifest_path(dest)
     opts = _Options(jobs, interval_s, warn)
@@ -201,7 +228,7 @@ def fetch(
     if hub.is_commit(revision):
         done, stale = _in_place(manifest_path, repo, revision, dest, recheck, opts)
         if done is not None:
-            return FetchResult(repo, revision, revision, dest, manifest_path, done, checked=recheck)
+            return FetchResult.in_place(repo, revision, dest, manifest_path, done, recheck)
     if hub.hub_offline():
         raise HubError(
             f"{repo}@{revision}: HF_HUB_OFFLINE is set and {dest} does not hold this revision: "
@@ -214,7 +241,7 @@ def fetch(
     if not hub.is_commit(revision):
         done, stale = _in_place(manifest_path, repo, snap.commit, dest, recheck, opts)
         if done is not None:
-            return FetchResult(repo, revision, snap.commit, dest, manifest_path, done, checked=recheck)
+            return FetchResult.in_place(repo, revision, dest, manifest_path, done, recheck)
 
     present = list_files(dest)
     listed = {f.path for f in snap.files}
@@ -226,6 +253,13 @@ def fetch(
     todo = [f for f in snap.files if present.get(f.path) != f.size or f.path in stale]
     need = missing_bytes(((f.path, f.size) for f in todo), {})
     space = check_space(dest, need, reserve_gib=reserve_gib, free=free)
+    total = sum(f.size for f in snap.files)
+    if dry_run:
+        planned = [f.path for f in todo]
+        return FetchResult(
+            repo, revision, snap.commit, dest, manifest_path, len(snap.files), total, None, None,
+            planned, need, manifest_written=True, space=space, dry_run=True,
+        )  # fmt: skip
     source = _Source(snap, dest, endpoint, token, where)
     with hub.exclusive(dest):
         source.get(todo, opts)
@@ -241,6 +275,8 @@ def fetch(
     if not report.ok:  # something appeared in the directory while we worked
         raise VerifyError(report)
     written = write_manifest(manifest, manifest_path)
+    by_path = manifest.by_path()
     return FetchResult(
-        repo, revision, snap.commit, dest, manifest_path, manifest, "sha256", downloaded, written, space
-    )
+        repo, revision, snap.commit, dest, manifest_path, len(manifest.files), manifest.total_bytes,
+        manifest.digest, "sha256", downloaded, sum(by_path[p].size for p in downloaded), written, space,
+    )  # fmt: skip

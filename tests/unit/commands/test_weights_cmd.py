@@ -118,7 +118,7 @@ def test_fetch_json_and_the_token_never_shows(hub: FakeHub, tmp_path: Path) -> N
     assert sorted(answer["downloaded"]) == sorted(FILES)
     assert answer["downloaded_bytes"] == answer["total_bytes"] == sum(map(len, FILES.values()))
     assert set(answer) == {
-        "ok", "changed", "repo", "revision", "commit", "dest", "manifest", "digest", "files",
+        "ok", "changed", "dry_run", "repo", "revision", "commit", "dest", "manifest", "digest", "files",
         "total_bytes", "downloaded", "downloaded_bytes", "checked", "space",
     }  # fmt: skip
 

@@ -255,3 +255,17 @@ def test_one_fetch_at_a_time_and_a_killed_runs_partial_files_are_cleared(
         os.close(fd)
     _fetch(hub, dest)
     assert not partial.exists()
+
+
+def test_a_dry_run_plans_and_writes_nothing(hub: FakeHub, tmp_path: Path) -> None:
+    dest = tmp_path / "m"
+    plan = _fetch(hub, dest, dry_run=True)
+    assert plan.changed and plan.dry_run  # type: ignore[attr-defined]
+    assert sorted(plan.downloaded) == sorted(model_files())  # type: ignore[attr-defined]
+    assert plan.downloaded_bytes == sum(map(len, model_files().values()))  # type: ignore[attr-defined]
+    assert plan.to_json()["digest"] is None  # type: ignore[attr-defined]
+    assert not dest.exists() and not (tmp_path / "m.manifest.json").exists()
+    assert [r[1] for r in hub.requests] == [f"/api/models/{REPO}/revision/{COMMIT}"]
+
+    _fetch(hub, dest)
+    assert not _fetch(hub, dest, dry_run=True).changed  # type: ignore[attr-defined]
