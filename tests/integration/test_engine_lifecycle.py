@@ -89,3 +89,35 @@ def test_systemd_hears_ready_after_the_probe_then_watchdog_pings(
         while "STOPPING=1" not in messages[-1]:  # watchdog pings may still come first
             messages.append(notify_socket.recv(512).decode())
     assert engine.wait_exit(60) == 0
+
+
+def test_a_busy_port_is_one_clear_line_and_exit_1(
+    smol_dir: Path, tmp_path: Path, engines: list[EngineProcess]
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        engine = EngineProcess(write_config(tmp_path / "e.toml", smol_dir, port=port), tmp_path / "e.log")
+        engines.append(engine)
+        assert engine.wait_exit(120) == 1, engine.output()[-2000:]
+    assert f"engine server could not listen on 127.0.0.1:{port}" in engine.output()
+    assert "Traceback" not in engine.output()
+
+
+def test_the_example_config_serves_the_demo_gguf(
+    repo: Path, tmp_path: Path, engines: list[EngineProcess]
+) -> None:
+    port = free_port()
+    config = (repo / "examples/local.toml").read_text().replace("port = 18888", f"port = {port}")
+    assert f"port = {port}" in config
+    (tmp_path / "local.toml").write_text(config)
+    engine = EngineProcess(tmp_path / "local.toml", tmp_path / "e.log")
+    engines.append(engine)
+    url = f"http://127.0.0.1:{port}"
+    wait_healthy(url, engine)
+    body = {"messages": [{"role": "user", "content": "What is the capital of France?"}], "temperature": 0}
+    answer = httpx.post(f"{url}/v1/chat/completions", json={**body, "max_tokens": 16}, timeout=120).json()
+    assert "Paris" in answer["choices"][0]["message"]["content"]
+    health = httpx.get(f"{url}/health").json()
+    assert health["backend"] == "transformers" and health["peer"] == {"rank": 1, "state": "absent"}

@@ -14,6 +14,7 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from sparkfold.config import Settings
 from sparkfold.engines.models import resolve_model
 from sparkfold.node.notify import notify, watchdog_interval_s
 from sparkfold.node.peer import HEARTBEAT_PORT_OFFSET, PeerWatch
+from sparkfold.protocol import PeerState
 
 __all__ = ["EngineUnavailable", "RankError", "describe", "run_rank"]
 
@@ -120,6 +122,9 @@ def run_rank(settings: Settings) -> int:
             port=fabric.rendezvous_port,
             timeout_s=RENDEZVOUS_TIMEOUT_S,
         )
+    # rank 0 claims its HTTP port before the slow load (a busy port fails fast); it listens only
+    # once serving, so the port stays closed until both ranks have loaded
+    http = _listen(engine.host, engine.port) if settings.node.rank == 0 else None
     notify("STATUS=loading")
     try:
         loaded = load(engine, settings.node.rank, meeting, on_fatal=_die)
@@ -128,7 +133,8 @@ def run_rank(settings: Settings) -> int:
     log.info("loaded %s in %.1f s", loaded.source.describe(), loaded.load_s)
     if loaded.generator is None:
         return _follow(loaded.runner, watch)
-    return asyncio.run(_serve(settings, loaded.generator, watch))
+    assert http is not None
+    return asyncio.run(_serve(settings, loaded.generator, watch, http))
 
 
 def _start_peer_watch(settings: Settings) -> PeerWatch | None:
@@ -183,12 +189,30 @@ def _follow(runner: Any, watch: PeerWatch | None) -> int:
     return result["code"]
 
 
+def _listen(host: str, port: int) -> socket.socket:
+    """The engine server's socket, bound here so a busy port is one clear line."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise RankError(f"engine server could not listen on {host}:{port}: {exc.strerror}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def _single_rank() -> PeerState:
+    return PeerState(rank=1, state="absent")
+
+
 @contextlib.contextmanager
 def _no_signal_capture() -> Iterator[None]:
     yield
 
 
-async def _serve(settings: Settings, generator: Any, watch: PeerWatch | None) -> int:
+async def _serve(settings: Settings, generator: Any, watch: PeerWatch | None, http: socket.socket) -> int:
     """Rank 0: the engine server until SIGTERM (drain, then 0)."""
     import uvicorn
 
@@ -202,7 +226,7 @@ async def _serve(settings: Settings, generator: Any, watch: PeerWatch | None) ->
         max_tokens=engine.max_tokens,
         seed=engine.seed,
         thinking=engine.thinking,
-        peer_state=watch.state if watch else None,
+        peer_state=watch.state if watch else _single_rank,
     )
     service.ready = False  # until the probe below answered
     config = uvicorn.Config(
@@ -225,12 +249,12 @@ async def _serve(settings: Settings, generator: Any, watch: PeerWatch | None) ->
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, drain)
-    serving = asyncio.create_task(server.serve())
+    serving = asyncio.create_task(server.serve(sockets=[http]))
     try:
         while not server.started:
             if serving.done():
                 serving.result()
-                raise RankError(f"engine server could not listen on {engine.host}:{engine.port}")
+                raise RankError("the engine server stopped while starting")
             await asyncio.sleep(0.05)
         await _probe(engine.host, engine.port)
         service.ready = True
