@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -106,12 +107,19 @@ def wait_healthy(url: str, proc: EngineProcess, deadline_s: float = 240) -> None
     pytest.fail(f"engine not healthy after {deadline_s} s:\n{proc.output()[-3000:]}")
 
 
-def reference_tokens(model_dir: Path, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
-    """Plain ``model.generate`` greedy continuation (the tp=1 reference), in this process."""
+@functools.cache
+def _reference_model(model_dir: Path) -> Any:
     import torch
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+
+
+def reference_tokens(model_dir: Path, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
+    """Plain ``model.generate`` greedy continuation (the tp=1 reference), in this process."""
+    import torch
+
+    model = _reference_model(model_dir)
     with torch.inference_mode():
         out = model.generate(torch.tensor([prompt_ids]), max_new_tokens=max_new_tokens, do_sample=False)
     return [int(t) for t in out[0, len(prompt_ids) :]]

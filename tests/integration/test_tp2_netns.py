@@ -72,27 +72,19 @@ def _link_up(up: bool) -> None:
     _ip("-n", NS_B, "link", "set", VETH_B, "up" if up else "down")
 
 
-def _request(method: str, url: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
-    out = subprocess.run(
-        [
-            "ip",
-            "netns",
-            "exec",
-            NS_A,
-            sys.executable,
-            "-c",
-            _CLIENT,
-            method,
-            url,
-            json.dumps(body) if body else "",
-        ],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    ).stdout
+def _client(method: str, url: str, body: dict[str, Any] | None = None) -> subprocess.Popen[str]:
+    command = ["ip", "netns", "exec", NS_A, sys.executable, "-c", _CLIENT, method, url]
+    return subprocess.Popen([*command, json.dumps(body) if body else ""], stdout=subprocess.PIPE, text=True)
+
+
+def _answer(client: subprocess.Popen[str]) -> tuple[int, Any]:
+    out, _ = client.communicate(timeout=180)
     answer = json.loads(out)
     return int(answer["status"]), answer["body"]
+
+
+def _request(method: str, url: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
+    return _answer(_client(method, url, body))
 
 
 def _start_pair(
@@ -142,12 +134,15 @@ def test_tp2_greedy_output_equals_tp1(
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(smol_dir)
-    for text in ("The capital of France is", "def fibonacci(n):", "Water boils at"):
-        prompt = tokenizer.encode(text)
-        body = {"prompt": prompt, "max_tokens": 24, "temperature": 0, "return_token_ids": True}
-        status, answer = _request("POST", f"{url}/v1/completions", body)
+    prompts = [
+        tokenizer.encode(t) for t in ("The capital of France is", "def fibonacci(n):", "Water boils at")
+    ]
+    bodies = [{"prompt": p, "max_tokens": 24, "temperature": 0, "return_token_ids": True} for p in prompts]
+    clients = [_client("POST", f"{url}/v1/completions", body) for body in bodies[:2]]  # two at once
+    answers = [_answer(c) for c in clients] + [_request("POST", f"{url}/v1/completions", bodies[2])]
+    for prompt, (status, answer) in zip(prompts, answers, strict=True):
         assert status == 200, answer
-        assert answer["choices"][0]["token_ids"] == reference_tokens(smol_dir, prompt, 24), text
+        assert answer["choices"][0]["token_ids"] == reference_tokens(smol_dir, prompt, 24), prompt
     status, chat = _request(
         "POST",
         f"{url}/v1/chat/completions",
