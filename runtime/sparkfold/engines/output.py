@@ -25,7 +25,9 @@ class OutputParser(Protocol):
 
     def feed(self, text: str) -> list[Delta]: ...
 
-    def finish(self) -> list[Delta]: ...
+    def finish(self, finish_reason: str | None = None) -> list[Delta]:
+        """End of reply (``"length"``: it was cut off, so an open tool call is dropped)."""
+        ...
 
 
 ParserFactory = Callable[[ChatCompletionRequest], OutputParser]
@@ -39,7 +41,7 @@ class PlainParser:
     def feed(self, text: str) -> list[Delta]:
         return [Delta(content=text)] if text else []
 
-    def finish(self) -> list[Delta]:
+    def finish(self, finish_reason: str | None = None) -> list[Delta]:
         return []
 
 

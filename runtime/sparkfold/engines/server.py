@@ -151,7 +151,7 @@ def create_app(service: EngineService) -> FastAPI:
         prepared = service.prepare_chat(body)
         if isinstance(prepared, ApiError):
             return _error(prepared)
-        parser = service.parser_factory(body)
+        parser = prepared.parser
         if body.stream:
             usage_chunk = bool((body.stream_options or {}).get("include_usage"))
             return StreamingResponse(
@@ -217,7 +217,7 @@ async def _collect_chat(
     deltas: list[Delta] = []
     async for item in service.run(prepared):
         if isinstance(item, Outcome):
-            deltas += parser.finish()
+            deltas += parser.finish(item.finish_reason)
             return deltas, item
         deltas += parser.feed(item)
     raise RuntimeError("the generation ended without an outcome")
@@ -261,7 +261,7 @@ async def _chat_stream(
     try:
         async for item in service.run(prepared):
             if isinstance(item, Outcome):
-                for delta in parser.finish():
+                for delta in parser.finish(item.finish_reason):
                     yield chunk(delta)
                 finish = "tool_calls" if parser.tool_calls_made and item.finish_reason == "stop" else None
                 usage = _usage(item)

@@ -13,12 +13,12 @@ import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from sparkfold.engines.chat_template import ChatRenderer, ChatTemplateRenderer, TemplateError
+from sparkfold.engines.chat_template import ChatRenderer, ChatTemplateRenderer
 from sparkfold.engines.generator import Generator, SamplingParams
 from sparkfold.engines.metrics import EngineCounters
-from sparkfold.engines.output import ParserFactory, TextStream, plain_parser
+from sparkfold.engines.output import OutputParser, ParserFactory, PlainParser, TextStream, plain_parser
 from sparkfold.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -57,6 +57,8 @@ class Prepared:
     prompt_ids: list[int]
     params: SamplingParams
     stop: list[str] = field(default_factory=list)
+    parser: OutputParser = field(default_factory=PlainParser)
+    """Splits the reply text into deltas (chat requests; plain content otherwise)."""
 
 
 @dataclass
@@ -104,6 +106,7 @@ class EngineService:
         thinking: bool = True,
         renderer: ChatRenderer | None = None,
         parser_factory: ParserFactory = plain_parser,
+        stop_token_ids: frozenset[int] = frozenset(),
         peer_state: Callable[[], PeerState | None] | None = None,
     ) -> None:
         self.generator = generator
@@ -111,6 +114,7 @@ class EngineService:
         self.max_tokens = max_tokens
         self.seed = seed
         self.parser_factory = parser_factory
+        self.stop_token_ids = stop_token_ids
         self.peer_state = peer_state or (lambda: None)
         if renderer is None and generator.chat_template:
             renderer = ChatTemplateRenderer(
@@ -153,12 +157,14 @@ class EngineService:
             )
         if self.renderer is None:
             return ApiError(400, "this model has no chat template; use /v1/completions", "messages")
-        try:
+        try:  # a renderer or parser refuses a request with a ValueError; ``param`` names the field
             prompt = self.renderer.render(request)
-        except TemplateError as exc:
-            return ApiError(400, str(exc), "messages")
+            parser = self.parser_factory(request)
+        except ValueError as exc:
+            return ApiError(400, str(exc), getattr(exc, "param", None) or "messages")
         ids = self.generator.encode(prompt, add_special_tokens=False)
-        return self._admit(ids, request.reply_budget, request, "messages")
+        prepared = self._admit(ids, request.reply_budget, request, "messages")
+        return prepared if isinstance(prepared, ApiError) else replace(prepared, parser=parser)
 
     def prepare_completion(self, request: CompletionRequest) -> Prepared | ApiError:
         error = self._check_common(request)
@@ -211,6 +217,7 @@ class EngineService:
             min_p=request.min_p or 0.0,
             seed=self.seed if request.seed is None else request.seed,
             ignore_eos=request.ignore_eos,
+            stop_token_ids=self.stop_token_ids,
         )
         stop = [request.stop] if isinstance(request.stop, str) else list(request.stop or [])
         return Prepared(ids, params, stop)
@@ -237,7 +244,8 @@ class EngineService:
                     first = time.monotonic()
                 ids.append(token)
                 counters.token()
-                if token in generator.eos_token_ids and not prepared.params.ignore_eos:
+                ended = token in generator.eos_token_ids and not prepared.params.ignore_eos
+                if ended or token in prepared.params.stop_token_ids:
                     finish = "stop"
                     break
                 piece = text.push(token)

@@ -10,7 +10,14 @@ from fastapi.testclient import TestClient
 
 from sparkfold.engines.server import create_app
 from sparkfold.engines.serving import EngineService
-from sparkfold.protocol import ChatCompletion, ChatCompletionChunk, EngineHealth, PeerState
+from sparkfold.protocol import (
+    ChatCompletion,
+    ChatCompletionChunk,
+    Delta,
+    EngineHealth,
+    PeerState,
+    ToolCallDelta,
+)
 
 CHAT = {"messages": [{"role": "user", "content": "Capital of France?"}], "temperature": 0}
 
@@ -208,3 +215,73 @@ def test_metrics_are_prometheus_text(fake: FakeGenerator) -> None:
     text = client.get("/metrics").text
     assert 'tensorfold:requests_total{finish_reason="stop"} 1.0' in text
     assert "tensorfold:generation_tokens_total 22.0" in text
+
+
+class _Refusing:
+    def render(self, request: object) -> str:
+        error = ValueError("tool 'x' has no parameters schema")
+        error.param = "tools.0"  # type: ignore[attr-defined]
+        raise error
+
+
+class _ThinkingParser:
+    """Text before '|' is reasoning; a '!' becomes a tool call (a stand-in for the GLM parser)."""
+
+    def __init__(self) -> None:
+        self.tool_calls_made = False
+        self.thinking = True
+        self.finished_with: str | None = None
+
+    def feed(self, text: str) -> list[Delta]:
+        deltas = []
+        for char in text:
+            if char == "|":
+                self.thinking = False
+            elif char == "!":
+                self.tool_calls_made = True
+                call = ToolCallDelta(
+                    index=0, id="call-1", type="function", function={"name": "shout", "arguments": "{}"}
+                )
+                deltas.append(Delta(tool_calls=[call]))
+            elif self.thinking:
+                deltas.append(Delta(reasoning_content=char))
+            else:
+                deltas.append(Delta(content=char))
+        return deltas
+
+    def finish(self, finish_reason: str | None = None) -> list[Delta]:
+        self.finished_with = finish_reason
+        return []
+
+
+def test_a_renderer_refusal_is_400_naming_its_field(fake: FakeGenerator) -> None:
+    reply = _client(fake, renderer=_Refusing()).post("/v1/chat/completions", json=CHAT)
+    assert reply.status_code == 400 and reply.json()["error"]["param"] == "tools.0"
+
+
+def test_the_parser_seam_splits_reasoning_content_and_tool_calls(fake: FakeGenerator) -> None:
+    fake.reply = b"hmm|Paris!"
+    parsers: list[_ThinkingParser] = []
+
+    def factory(request: object) -> _ThinkingParser:
+        parsers.append(_ThinkingParser())
+        return parsers[-1]
+
+    client = _client(fake, parser_factory=factory)
+    message = client.post("/v1/chat/completions", json=CHAT).json()["choices"][0]
+    assert message["message"]["reasoning_content"] == "hmm" and message["message"]["content"] == "Paris"
+    assert message["message"]["tool_calls"][0]["function"] == {"name": "shout", "arguments": "{}"}
+    assert message["finish_reason"] == "tool_calls" and parsers[0].finished_with == "stop"
+    with client.stream("POST", "/v1/chat/completions", json={**CHAT, "stream": True}) as reply:
+        chunks = [json.loads(e) for e in _events(reply.read().decode())[:-1]]
+    deltas = [c["choices"][0]["delta"] for c in chunks]
+    assert "".join(d.get("reasoning_content", "") for d in deltas) == "hmm"
+    assert any("tool_calls" in d for d in deltas)
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+
+
+def test_stop_token_ids_end_the_reply(fake: FakeGenerator) -> None:
+    client = _client(fake, stop_token_ids=frozenset({ord(" ")}))
+    answer = client.post("/v1/chat/completions", json=CHAT).json()["choices"][0]
+    assert answer["message"]["content"] == "Paris" and answer["finish_reason"] == "stop"
+    assert fake.seen[0][1].stop_token_ids == frozenset({32})
