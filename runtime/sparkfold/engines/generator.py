@@ -53,6 +53,8 @@ class Generator(Protocol):
     parallel: int
     """Requests it runs at once; the server answers 503 past that."""
     eos_token_ids: frozenset[int]
+    vocab_size: int
+    """Token ids run from 0 to ``vocab_size - 1``."""
     chat_template: str | None
     special_tokens: dict[str, str]
     """``bos_token``, ``eos_token`` … as the chat template expects them."""

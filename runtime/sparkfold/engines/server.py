@@ -139,8 +139,9 @@ def create_app(service: EngineService) -> FastAPI:
         body = await _parse(request, DetokenizeRequest)
         if isinstance(body, ApiError):
             return _error(body)
-        if any(t < 0 for t in body.tokens):
-            return _error(ApiError(400, "tokens must be non-negative token ids", "tokens"))
+        bad = service.invalid_token_ids(body.tokens)
+        if bad:
+            return _error(ApiError(400, bad, "tokens"))
         return JSONResponse(DetokenizeResponse(prompt=service.generator.decode(body.tokens)).model_dump())
 
     @app.post("/v1/chat/completions")

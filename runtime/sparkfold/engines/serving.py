@@ -176,9 +176,17 @@ class EngineService:
             ids = self.generator.encode(request.prompt, add_special_tokens=request.add_special_tokens)
         else:
             ids = list(request.prompt)
-            if any(not 0 <= i < 2**31 for i in ids):
-                return ApiError(400, "prompt token ids must be non-negative integers", "prompt")
+            bad = self.invalid_token_ids(ids)
+            if bad:
+                return ApiError(400, bad, "prompt")
         return self._admit(ids, request.max_tokens, request, "prompt")
+
+    def invalid_token_ids(self, ids: list[int]) -> str | None:
+        """Why ``ids`` are not token ids of this model, or None."""
+        vocab = self.generator.vocab_size
+        if all(0 <= i < vocab for i in ids):
+            return None
+        return f"token ids must be between 0 and {vocab - 1} (this model's vocabulary)"
 
     def _admit(
         self,

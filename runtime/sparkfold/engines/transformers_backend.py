@@ -147,6 +147,7 @@ class TransformersGenerator:
             if isinstance(value := getattr(tokenizer, name, None), str)
         }
         self.eos_token_ids = _eos_ids(runner.model, tokenizer)
+        self.vocab_size = int(runner.model.get_input_embeddings().num_embeddings)
         self._inbox: queue.Queue[_Job | None] = queue.Queue()
         self._free = list(range(parallel))
         self._fatal: str | None = None
@@ -230,7 +231,13 @@ class TransformersGenerator:
                         self._finish(job, active, None)
                     break
                 for job in list(active):
-                    self._step(job, active)
+                    try:
+                        self._step(job, active)
+                    except Exception as exc:
+                        if self._runner.link is not None:
+                            raise  # the ranks may be out of step now: stop, the supervisor exits
+                        log.exception("request failed")
+                        self._finish(job, active, exc)
             self._runner.stop()
         except Exception as exc:
             self._fail(f"engine stopped: {exc}", active)

@@ -21,6 +21,7 @@ class FakeGenerator:
     backend = "fake"
     chat_template: str | None = TEMPLATE
     eos_token_ids = frozenset({EOS})
+    vocab_size = 257
 
     def __init__(self, reply: str = "Paris is the capital.", *, context_length: int = 256, parallel: int = 2):
         self.reply = reply.encode()

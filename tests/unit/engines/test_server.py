@@ -285,3 +285,19 @@ def test_stop_token_ids_end_the_reply(fake: FakeGenerator) -> None:
     answer = client.post("/v1/chat/completions", json=CHAT).json()["choices"][0]
     assert answer["message"]["content"] == "Paris" and answer["finish_reason"] == "stop"
     assert fake.seen[0][1].stop_token_ids == frozenset({32})
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "param"),
+    [
+        ("/v1/completions", {"prompt": [1, 2, 999]}, "prompt"),
+        ("/v1/completions", {"prompt": [-1]}, "prompt"),
+        ("/detokenize", {"tokens": [5000]}, "tokens"),
+    ],
+)
+def test_token_ids_outside_the_vocabulary_are_400(
+    fake: FakeGenerator, path: str, body: dict[str, object], param: str
+) -> None:
+    reply = _client(fake).post(path, json=body)
+    assert reply.status_code == 400 and reply.json()["error"]["param"] == param
+    assert "between 0 and 256" in reply.json()["error"]["message"]
