@@ -8,6 +8,7 @@ values; ``server.py`` maps them to HTTP.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import threading
@@ -265,8 +266,11 @@ class EngineService:
             tail = text.flush()
             if tail:
                 yield tail
-        except BaseException:
-            finish = "abort"
+        except (GeneratorExit, asyncio.CancelledError):
+            finish = "abort"  # the client left
+            raise
+        except Exception:
+            finish = "error"
             raise
         finally:
             cancel.set()

@@ -301,3 +301,11 @@ def test_token_ids_outside_the_vocabulary_are_400(
     reply = _client(fake).post(path, json=body)
     assert reply.status_code == 400 and reply.json()["error"]["param"] == param
     assert "between 0 and 256" in reply.json()["error"]["message"]
+
+
+def test_an_engine_error_is_counted_as_error(fake: FakeGenerator) -> None:
+    fake.fail_after = 2
+    client = _client(fake)
+    client.post("/v1/chat/completions", json=CHAT)
+    assert 'tensorfold:requests_total{finish_reason="error"} 1.0' in client.get("/metrics").text
+    assert client.get("/health").json()["requests_running"] == 0
