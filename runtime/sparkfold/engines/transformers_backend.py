@@ -14,6 +14,7 @@ what it would get alone.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import queue
 import threading
@@ -56,6 +57,10 @@ class ModelRunner:
         self.model = model
         self.link = link
         self._caches: dict[int, Any] = {}
+        # transformers 5.2x renamed ``past_key_values`` to ``cache`` (the old name warns)
+        self._cache_arg = (
+            "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        )
 
     def open(self, slot: int) -> None:
         from transformers import DynamicCache
@@ -83,7 +88,9 @@ class ModelRunner:
         if self.link and self.link.rank == 0:
             self.link.send_step(Op.FORWARD, slot, list(ids))
         inputs = torch.tensor([list(ids)], dtype=torch.long)
-        out = self.model(input_ids=inputs, cache=self._caches[slot], use_cache=True, logits_to_keep=1)
+        out = self.model(
+            input_ids=inputs, **{self._cache_arg: self._caches[slot]}, use_cache=True, logits_to_keep=1
+        )
         return out.logits[0, -1]
 
     @torch.inference_mode()
@@ -106,7 +113,7 @@ class ModelRunner:
                 self._caches.pop(slot, None)
             elif op is Op.FORWARD:
                 inputs = torch.tensor([ids], dtype=torch.long)
-                decoder(input_ids=inputs, cache=self._caches[slot], use_cache=True)
+                decoder(input_ids=inputs, **{self._cache_arg: self._caches[slot]}, use_cache=True)
 
 
 @dataclass(eq=False)
