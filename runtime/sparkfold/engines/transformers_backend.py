@@ -234,7 +234,7 @@ class TransformersGenerator:
                         break
                     self._admit(job, active)
                 if stopping:
-                    for job in active:
+                    for job in list(active):
                         self._finish(job, active, None)
                     break
                 for job in list(active):
