@@ -1,0 +1,1 @@
+"""Test fixtures shipped with the package, so users' tests and ours share them."""
