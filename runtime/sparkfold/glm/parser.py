@@ -16,7 +16,8 @@ Feed decoded text (special tokens kept) as it arrives; each :meth:`OutputParser.
   display names like ``Weather/get_weather``); a call to a tool the request did not offer, or one
   that cannot be read, is not returned as a call (it is kept in :attr:`OutputParser.rejected`).
 * ``<|endoftext|>``, ``<|user|>``, ``<|observation|>`` and ``<|assistant|>`` end the reply and
-  never reach the text; leading and trailing whitespace of each channel is dropped.
+  never reach the text, nor do stray call tags outside a call; leading and trailing whitespace
+  of each channel is dropped.
 
 The result does not depend on how the text is split into pieces.
 """
@@ -37,7 +38,8 @@ from sparkfold.protocol import Delta, ToolCallDelta
 __all__ = ["OutputParser", "ParsedDelta", "ParsedMessage", "ParsedToolCall", "parse_output"]
 
 _ARG_TAGS = re.compile(r"(</?arg_key>|</?arg_value>)")
-_OUTSIDE_TAGS = (THINK, THINK_END, TOOL_CALL, *STOP_TOKENS)
+_STRAY_TAGS = (TOOL_CALL_END, "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>")  # dropped outside a call
+_OUTSIDE_TAGS = (THINK, THINK_END, TOOL_CALL, *STOP_TOKENS, *_STRAY_TAGS)
 _INSIDE_TAGS = (TOOL_CALL_END, TOOL_CALL, *STOP_TOKENS)
 
 
