@@ -9,7 +9,9 @@
 ``i & 31`` of word ``i >> 5``, the layout exllamav3 filters use too), accept a token,
 ``is_terminated``, roll back. It stays inactive until the think block has closed (the
 ``</think>`` token), so a grammar never blocks reasoning or ``</think>`` itself; with thinking
-off it is active from the first token. ``sparkfold.glm.logits`` adapts it to transformers.
+off it is active from the first token. Its stop tokens are :data:`~sparkfold.glm.tokens.STOP_TOKENS`
+(an engine must stop on all four, ``<|assistant|>`` included). ``sparkfold.glm.logits`` adapts it
+to transformers.
 """
 
 from __future__ import annotations
@@ -115,30 +117,45 @@ class ConstrainedMatcher:
     """Grammar state of one reply. Inactive until ``trigger_token_id`` (``</think>``) is accepted."""
 
     def __init__(
-        self, compiled: xgr.CompiledGrammar, *, vocab_size: int, trigger_token_id: int | None
+        self,
+        compiled: xgr.CompiledGrammar,
+        *,
+        vocab_size: int,
+        trigger_token_id: int | None,
+        stop_token_ids: Sequence[int] = (),
     ) -> None:
         self._matcher = xgr.GrammarMatcher(compiled)
         self.vocab_size = vocab_size
+        self.stop_token_ids = tuple(stop_token_ids)
         self._trigger = trigger_token_id
         self.active = trigger_token_id is None
         self._history: list[bool] = []  # per accepted token: did the grammar see it?
         self._trigger_at: int | None = None  # history index of the accepted trigger token
 
     def accept_token(self, token_id: int) -> bool:
-        """Advance by one generated token; ``False`` if the grammar rejects it."""
+        """Advance by one generated token; ``False`` (state unchanged) if the grammar rejects it."""
         if not self.active:
             if token_id == self._trigger:
                 self._trigger_at = len(self._history)
                 self.active = True
             self._history.append(False)
             return True
-        self._history.append(True)
-        return bool(self._matcher.accept_token(int(token_id)))
+        accepted = bool(self._matcher.accept_token(int(token_id)))
+        if accepted:
+            self._history.append(True)
+        return accepted
 
     def fill_bitmask(self, bitmask: torch.Tensor, index: int = 0) -> bool:
         """Write the allowed tokens into row ``index``; ``False`` (row untouched) while inactive."""
         if not self.active:
             return False
+        if self._matcher.is_terminated():  # done: only a stop token may follow
+            row = bitmask[index]
+            row.zero_()
+            for token in self.stop_token_ids:
+                bit = token & 31
+                row[token >> 5] |= (1 << bit) if bit < 31 else -(1 << 31)
+            return True
         self._matcher.fill_next_token_bitmask(bitmask, index)
         return True
 
@@ -172,6 +189,7 @@ class GrammarCompiler:
         vocab = tokenizer.get_vocab()
         stop_ids = [vocab[t] for t in STOP_TOKENS if t in vocab]
         self.vocab_size = vocab_size or len(tokenizer)
+        self.stop_token_ids = stop_ids
         info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=self.vocab_size, stop_token_ids=stop_ids)
         self._compiler = xgr.GrammarCompiler(info, max_threads=1)
         self.think_end_id: int | None = vocab.get(THINK_END)
@@ -194,4 +212,5 @@ class GrammarCompiler:
             self.compile(constraint),
             vocab_size=self.vocab_size,
             trigger_token_id=self.think_end_id if thinking else None,
+            stop_token_ids=self.stop_token_ids,
         )
