@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from sparkfold.testing import torch_threads
+
 
 @pytest.fixture(scope="session")
 def tiny_glm(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -23,12 +25,8 @@ def tokenizer(tiny_glm: Path) -> Any:
     return AutoTokenizer.from_pretrained(str(tiny_glm))
 
 
+
 @pytest.fixture
 def one_thread() -> Iterator[None]:
-    """Tiny models run ~10x faster on one torch thread than on a shared, busy CPU."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+    with torch_threads(1):
+        yield
