@@ -190,7 +190,9 @@ class GrammarCompiler:
         stop_ids = [vocab[t] for t in STOP_TOKENS if t in vocab]
         self.vocab_size = vocab_size or len(tokenizer)
         self.stop_token_ids = stop_ids
-        info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=self.vocab_size, stop_token_ids=stop_ids)
+        info = xgr.TokenizerInfo.from_huggingface(
+            tokenizer, vocab_size=self.vocab_size, stop_token_ids=stop_ids
+        )
         self._compiler = xgr.GrammarCompiler(info, max_threads=1)
         self.think_end_id: int | None = vocab.get(THINK_END)
 
@@ -204,7 +206,9 @@ class GrammarCompiler:
             return self._compiler.compile_grammar(constraint.value)
         except (RuntimeError, ValueError, TypeError) as exc:
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise GrammarError(f"cannot compile this {constraint.kind}: {reason}", param=constraint.param) from None
+            raise GrammarError(
+                f"cannot compile this {constraint.kind}: {reason}", param=constraint.param
+            ) from None
 
     def matcher(self, constraint: OutputConstraint, *, thinking: bool) -> ConstrainedMatcher:
         """A fresh matcher; with ``thinking`` it waits for ``</think>`` before constraining."""

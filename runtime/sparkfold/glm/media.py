@@ -166,7 +166,9 @@ def _payload(part: MediaPart, limits: MediaLimits) -> bytes:
         return _fetch(part, limit, limits)
     if not url:
         raise MediaError(f"the {part.kind} part has no url", part.param)
-    raise MediaError(f"unsupported {part.kind} URL scheme {scheme or url[:16]!r}; use a data: URL", part.param)
+    raise MediaError(
+        f"unsupported {part.kind} URL scheme {scheme or url[:16]!r}; use a data: URL", part.param
+    )
 
 
 def _decode_image(part: MediaPart, data: bytes, limits: MediaLimits) -> Image.Image:
@@ -249,7 +251,9 @@ def _video_structure(groups: int, per_group: int, video: Video, temporal: int) -
 def _replace_each(text: str, placeholder: str, replacements: Sequence[str]) -> str:
     pieces = text.split(placeholder)
     if len(pieces) - 1 != len(replacements):
-        raise MediaError(f"the prompt has {len(pieces) - 1} {placeholder} placeholders for {len(replacements)} inputs")
+        raise MediaError(
+            f"the prompt has {len(pieces) - 1} {placeholder} placeholders for {len(replacements)} inputs"
+        )
     return pieces[0] + "".join(r + rest for r, rest in zip(replacements, pieces[1:], strict=True))
 
 
@@ -267,7 +271,9 @@ def vision_inputs(
     total = 0
     if media.images:
         merge = int(image_processor.merge_size) ** 2
-        out = image_processor(images=media.images, max_image_tokens=limits.max_image_tokens, return_tensors="pt")
+        out = image_processor(
+            images=media.images, max_image_tokens=limits.max_image_tokens, return_tensors="pt"
+        )
         counts = [int(thw.prod()) // merge for thw in out["image_grid_thw"]]
         total += sum(counts)
         prompt = _replace_each(prompt, IMAGE, [IMAGE * c for c in counts])
@@ -287,11 +293,16 @@ def vision_inputs(
             raise MediaError(f"a video takes more than {limits.max_video_tokens} tokens; send a shorter clip")
         total += sum(counts)
         structures = [
-            _video_structure(int(thw[0]), count // int(thw[0]), video, int(video_processor.temporal_patch_size))
+            _video_structure(
+                int(thw[0]), count // int(thw[0]), video, int(video_processor.temporal_patch_size)
+            )
             for thw, count, video in zip(out["video_grid_thw"], counts, media.videos, strict=True)
         ]
         prompt = _replace_each(prompt, VIDEO, structures)
-        tensors |= {"pixel_values_videos": out["pixel_values_videos"], "video_grid_thw": out["video_grid_thw"]}
+        tensors |= {
+            "pixel_values_videos": out["pixel_values_videos"],
+            "video_grid_thw": out["video_grid_thw"],
+        }
     if total > limits.max_total_tokens:
         raise MediaError(
             f"the pictures take {total} tokens, more than {limits.max_total_tokens} per request; "

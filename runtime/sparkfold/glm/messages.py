@@ -123,7 +123,10 @@ def normalise_messages(messages: Sequence[Mapping[str, Any] | BaseModel]) -> lis
         role = _ROLES.get(str(message.get("role")))
         if role is None:
             raise RenderError(f"unknown role {message.get('role')!r}", param=f"messages[{i}].role")
-        clean: dict[str, Any] = {"role": role, "content": _content(message.get("content"), f"messages[{i}].content")}
+        clean: dict[str, Any] = {
+            "role": role,
+            "content": _content(message.get("content"), f"messages[{i}].content"),
+        }
         if role == "assistant":
             reasoning = message.get("reasoning_content") or message.get("reasoning")
             if reasoning:

@@ -38,7 +38,13 @@ from sparkfold.protocol import Delta, ToolCallDelta
 __all__ = ["OutputParser", "ParsedDelta", "ParsedMessage", "ParsedToolCall", "parse_output"]
 
 _ARG_TAGS = re.compile(r"(</?arg_key>|</?arg_value>)")
-_STRAY_TAGS = (TOOL_CALL_END, "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>")  # dropped outside a call
+_STRAY_TAGS = (
+    TOOL_CALL_END,
+    "<arg_key>",
+    "</arg_key>",
+    "<arg_value>",
+    "</arg_value>",
+)  # dropped outside a call
 _OUTSIDE_TAGS = (THINK, THINK_END, TOOL_CALL, *STOP_TOKENS, *_STRAY_TAGS)
 _INSIDE_TAGS = (TOOL_CALL_END, TOOL_CALL, *STOP_TOKENS)
 
@@ -52,7 +58,11 @@ class ParsedToolCall:
 
     def wire(self) -> dict[str, Any]:
         """The OpenAI ``tool_calls`` entry."""
-        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
 
 
 @dataclass

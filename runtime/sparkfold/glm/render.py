@@ -41,7 +41,14 @@ __all__ = [
     "prompt_options",
 ]
 
-_EFFORT_ALIASES = {"low": "low", "minimal": "low", "medium": "high", "high": "high", "xhigh": "max", "max": "max"}
+_EFFORT_ALIASES = {
+    "low": "low",
+    "minimal": "low",
+    "medium": "high",
+    "high": "high",
+    "xhigh": "max",
+    "max": "max",
+}
 _EFFORT_LINE = re.compile(r"<\|system\|>Reasoning Effort: (?:Low|High|Max)")
 
 
@@ -117,7 +124,9 @@ def _tojson(
     separators: tuple[str, str] | None = None,
     sort_keys: bool = False,
 ) -> str:
-    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+    return json.dumps(
+        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
 
 
 def _raise(message: str) -> None:
@@ -186,7 +195,9 @@ class PromptRenderer:
         except RenderError:
             raise
         except (TemplateError, TypeError, ValueError, AttributeError, KeyError) as exc:
-            raise RenderError(f"the chat template failed on these messages: {exc}", param="messages") from None
+            raise RenderError(
+                f"the chat template failed on these messages: {exc}", param="messages"
+            ) from None
         if not options.thinking:
             text = _EFFORT_LINE.sub("", text, count=1)
             if add_generation_prompt and text.endswith(THINK):

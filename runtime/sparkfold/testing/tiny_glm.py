@@ -40,19 +40,21 @@ SPECIAL_BASE = VOCAB_SIZE - 60  # the published vocabulary also ends 60 ids afte
 HIDDEN = 256
 DECISIVE_SCALE = 40.0
 
-_WORDS = (
-    "the of and to in is you that it he was for on are as with his they at be this have from or one had by "
-    "word but not what all were we when your can said there use an each which she do how their if will up "
-    "other about out many then them these so some her would make like him into time has look two more write "
-    "go see number no way could people my than first water been call who oil its now find long down day did "
-    "get come made may part over new sound take only little work know place year live me back give most very "
-    "after thing our just name good sentence man think say great where help through much before line right "
-    "too mean old any same tell boy follow came want show also around form three small set put end does "
-    "another well large must big even such because turn here why ask went men read need land different home "
-    "us move try kind hand picture again change off play spell air away animal house point page letter "
-    "mother answer found study still learn should world weather city paris rome tokyo london sunny rain "
-    "cloudy temperature json object array string number true false null yes no red green blue image video"
-).split()
+_WORD_TEXT = """
+the of and to in is you that it he was for on are as with his they at be this have from or one had
+by word but not what all were we when your can said there use an each which she do how their if will
+up other about out many then them these so some her would make like him into time has look two more
+write go see number no way could people my than first water been call who oil its now find long down
+day did get come made may part over new sound take only little work know place year live me back
+give most very after thing our just name good sentence man think say great where help through much
+before line right too mean old any same tell boy follow came want show also around form three small
+set put end does another well large must big even such because turn here why ask went men read need
+land different home us move try kind hand picture again change off play spell air away animal house
+point page letter mother answer found study still learn should world weather city paris rome tokyo
+london sunny rain cloudy temperature json object array string number true false null yes no red
+green blue image video
+"""
+_WORDS = tuple(_WORD_TEXT.split())
 
 
 def _corpus(seed: int) -> list[str]:
@@ -290,7 +292,9 @@ def write_tiny_glm(directory: str | Path, *, seed: int = 0, decisive: bool = Fal
             model.lm_head.weight.mul_(DECISIVE_SCALE)
     state = {k: v.detach().to(torch.bfloat16) for k, v in model.state_dict().items()}
     published = _published(state, model.config.text_config)
-    published |= _mtp_block(published, config["text_config"]["num_hidden_layers"], torch.Generator().manual_seed(seed))
+    published |= _mtp_block(
+        published, config["text_config"]["num_hidden_layers"], torch.Generator().manual_seed(seed)
+    )
     save_file(published, str(path / "model.safetensors"), metadata={"format": "pt"})
 
     (path / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
@@ -302,7 +306,9 @@ def write_tiny_glm(directory: str | Path, *, seed: int = 0, decisive: bool = Fal
         "transformers_version": "5.24.0",
     }
     (path / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n", encoding="utf-8")
-    (path / "processor_config.json").write_text(json.dumps(_processor_config(), indent=2) + "\n", encoding="utf-8")
+    (path / "processor_config.json").write_text(
+        json.dumps(_processor_config(), indent=2) + "\n", encoding="utf-8"
+    )
     _tokenizer(seed).save_pretrained(str(path))
     return path
 

@@ -26,7 +26,9 @@ SCHEMA = {
 
 
 def request(**fields: Any) -> SimpleNamespace:
-    base = {k: None for k in ("response_format", "guided_json", "guided_regex", "guided_choice", "guided_grammar")}
+    base = {
+        k: None for k in ("response_format", "guided_json", "guided_regex", "guided_choice", "guided_grammar")
+    }
     return SimpleNamespace(**(base | fields))
 
 
@@ -38,7 +40,9 @@ def compiler(tokenizer: Any) -> GrammarCompiler:
 def test_request_fields_become_constraints() -> None:
     assert constraint_from_request(request()) is None
     assert constraint_from_request(request(response_format={"type": "text"})) is None
-    c = constraint_from_request(request(response_format={"type": "json_schema", "json_schema": {"schema": SCHEMA}}))
+    c = constraint_from_request(
+        request(response_format={"type": "json_schema", "json_schema": {"schema": SCHEMA}})
+    )
     assert c is not None and c.kind == "json_schema" and json.loads(c.value) == SCHEMA
     obj = constraint_from_request(request(response_format={"type": "json_object"}))
     assert obj is not None and json.loads(obj.value) == {"type": "object"}
@@ -67,12 +71,16 @@ def test_bad_requests_name_the_field(fields: dict[str, Any], param: str) -> None
 @pytest.mark.parametrize(
     "constraint",
     [
-        OutputConstraint("json_schema", json.dumps({"type": "frobnicate"}), "response_format.json_schema.schema"),
+        OutputConstraint(
+            "json_schema", json.dumps({"type": "frobnicate"}), "response_format.json_schema.schema"
+        ),
         OutputConstraint("regex", "(unclosed", "guided_regex"),
         OutputConstraint("grammar", "root ::= undefined_rule", "guided_grammar"),
     ],
 )
-def test_uncompilable_constraints_are_grammar_errors(compiler: GrammarCompiler, constraint: OutputConstraint) -> None:
+def test_uncompilable_constraints_are_grammar_errors(
+    compiler: GrammarCompiler, constraint: OutputConstraint
+) -> None:
     with pytest.raises(GrammarError) as error:
         compiler.compile(constraint)
     assert error.value.param == constraint.param
@@ -94,7 +102,9 @@ def test_matcher_waits_for_the_think_block_to_close(compiler: GrammarCompiler, t
     assert constraint is not None
     matcher = compiler.matcher(constraint, thinking=True)
     think_end = tokenizer.convert_tokens_to_ids("</think>")
-    assert _allowed(compiler, matcher) == set(range(compiler.vocab_size))  # never blocks reasoning or </think>
+    assert _allowed(compiler, matcher) == set(
+        range(compiler.vocab_size)
+    )  # never blocks reasoning or </think>
     for token in tokenizer.encode("maybe", add_special_tokens=False):
         assert matcher.accept_token(token)
     assert matcher.accept_token(think_end) and matcher.active
@@ -109,7 +119,9 @@ def test_matcher_waits_for_the_think_block_to_close(compiler: GrammarCompiler, t
     assert matcher.is_terminated()
 
 
-def test_matcher_rejects_tokens_outside_the_grammar_and_rolls_back(compiler: GrammarCompiler, tokenizer: Any) -> None:
+def test_matcher_rejects_tokens_outside_the_grammar_and_rolls_back(
+    compiler: GrammarCompiler, tokenizer: Any
+) -> None:
     constraint = constraint_from_request(request(guided_regex="[0-9]{2}"))
     assert constraint is not None
     matcher = compiler.matcher(constraint, thinking=True)

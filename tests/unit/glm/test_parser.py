@@ -70,7 +70,11 @@ def call(name: str, **values: str) -> str:
 
 def test_reasoning_and_content_are_split() -> None:
     message = parse("\nLet me think.\n</think>\n\nThe answer is 4.\n<|user|>ignored")
-    assert (message.reasoning, message.content, message.finish_reason) == ("Let me think.", "The answer is 4.", "stop")
+    assert (message.reasoning, message.content, message.finish_reason) == (
+        "Let me think.",
+        "The answer is 4.",
+        "stop",
+    )
 
 
 def test_thinking_off_is_all_content() -> None:
@@ -79,16 +83,32 @@ def test_thinking_off_is_all_content() -> None:
 
 
 def test_tool_calls_are_typed_by_the_schema() -> None:
-    text = "need weather</think>Checking." + call(
-        "get_weather", city="Paris", days="3", hourly="true", filters='{"a": [1, {"b": null}]}', tags='["x"]',
-        limit="null", extra="5",
-    ) + call("now") + "<|observation|>"
+    text = (
+        "need weather</think>Checking."
+        + call(
+            "get_weather",
+            city="Paris",
+            days="3",
+            hourly="true",
+            filters='{"a": [1, {"b": null}]}',
+            tags='["x"]',
+            limit="null",
+            extra="5",
+        )
+        + call("now")
+        + "<|observation|>"
+    )
     message = parse(text)
     assert message.finish_reason == "tool_calls"
     assert message.content == "Checking."
     assert args(message) == {
-        "city": "Paris", "days": 3, "hourly": True, "filters": {"a": [1, {"b": None}]}, "tags": ["x"],
-        "limit": None, "extra": 5,
+        "city": "Paris",
+        "days": 3,
+        "hourly": True,
+        "filters": {"a": [1, {"b": None}]},
+        "tags": ["x"],
+        "limit": None,
+        "extra": 5,
     }
     assert [c.name for c in message.tool_calls] == ["get_weather", "now"]
     assert args(message, 1) == {}
@@ -101,7 +121,9 @@ def test_string_values_stay_raw() -> None:
 
 
 def test_unicode_and_nested_arguments() -> None:
-    message = parse("</think>" + call("get_weather", city="Zürich 東京 🌧", filters='{"深": {"ñ": ["é", 1.5]}}'))
+    message = parse(
+        "</think>" + call("get_weather", city="Zürich 東京 🌧", filters='{"深": {"ñ": ["é", 1.5]}}')
+    )
     assert args(message) == {"city": "Zürich 東京 🌧", "filters": {"深": {"ñ": ["é", 1.5]}}}
 
 
@@ -113,12 +135,16 @@ def test_call_inside_the_think_block_is_a_call() -> None:
 
 
 def test_truncated_call_is_never_emitted() -> None:
-    message = parse("</think>Wait." + "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Par", truncated=True)
+    message = parse(
+        "</think>Wait." + "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Par", truncated=True
+    )
     assert message.tool_calls == [] and message.content == "Wait." and message.finish_reason == "length"
 
 
 def test_call_ended_by_a_stop_token_without_close_is_complete() -> None:
-    message = parse("</think><tool_call>get_weather<arg_key>city</arg_key><arg_value>Rome</arg_value><|observation|>")
+    message = parse(
+        "</think><tool_call>get_weather<arg_key>city</arg_key><arg_value>Rome</arg_value><|observation|>"
+    )
     assert args(message) == {"city": "Rome"}
 
 
@@ -126,15 +152,18 @@ def test_call_ended_by_a_stop_token_without_close_is_complete() -> None:
     "body",
     [
         "get_weather<arg_key>city</arg_key>Lima</arg_value>",  # missing <arg_value>
-        "get_weather city</arg_key><arg_value>Lima</arg_value>",  # missing <arg_key> (name then key)
-        "get_weather<arg_key>city</arg_key></arg_key><arg_value>Lima</arg_value></arg_value>",  # doubled closers
+        "get_weather<arg_key>x</arg_key><arg_value>1</arg_value>city</arg_key><arg_value>Lima</arg_value>",
+        "get_weather<arg_key>city</arg_key></arg_key><arg_value>Lima</arg_value></arg_value>",
         'get_weather>{"city": "Lima"}',  # JSON form
         'Weather/get_weather>{"city": "Lima"}',  # display name
     ],
 )
 def test_malformed_calls_are_repaired(body: str) -> None:
+    """Missing <arg_value>, missing <arg_key>, doubled closers, the JSON form, a display name."""
     if body.startswith("get_weather city"):
-        body = "get_weather<arg_key>x</arg_key><arg_value>1</arg_value>city</arg_key><arg_value>Lima</arg_value>"
+        body = (
+            "get_weather<arg_key>x</arg_key><arg_value>1</arg_value>city</arg_key><arg_value>Lima</arg_value>"
+        )
     message = parse(f"</think><tool_call>{body}</tool_call>")
     assert message.tool_calls[0].name == "get_weather"
     assert args(message)["city"] == "Lima"
@@ -187,10 +216,35 @@ def test_partial_tags_are_held_not_leaked() -> None:
 
 SEGMENTS = st.sampled_from(
     [
-        "plain ", "ü東🌧", "a < b > c", "\n", "  ", "</think>", "<think>", "<|observation|>", "<|user|>",
-        "<|assistant|>", "<tool_call>", "</tool_call>", "get_weather", "now", "unknown_tool", "<arg_key>",
-        "</arg_key>", "<arg_value>", "</arg_value>", "city", "days", "12", '{"k": [1, "é"]}', "</arg_value>",
-        'get_weather>{"city": "Oslo"}', "<", "</", "<|", "tool",
+        "plain ",
+        "ü東🌧",
+        "a < b > c",
+        "\n",
+        "  ",
+        "</think>",
+        "<think>",
+        "<|observation|>",
+        "<|user|>",
+        "<|assistant|>",
+        "<tool_call>",
+        "</tool_call>",
+        "get_weather",
+        "now",
+        "unknown_tool",
+        "<arg_key>",
+        "</arg_key>",
+        "<arg_value>",
+        "</arg_value>",
+        "city",
+        "days",
+        "12",
+        '{"k": [1, "é"]}',
+        "</arg_value>",
+        'get_weather>{"city": "Oslo"}',
+        "<",
+        "</",
+        "<|",
+        "tool",
     ]
 )
 SCRIPTS = st.lists(SEGMENTS, max_size=24).map("".join)
@@ -222,6 +276,14 @@ def test_any_chunking_gives_the_same_result(text: str, cuts: list[int]) -> None:
 @given(text=SCRIPTS)
 def test_control_tokens_never_reach_the_text(text: str) -> None:
     message = streamed([text])
-    tags = ("<|observation|>", "<|user|>", "<|assistant|>", "<tool_call>", "</tool_call>", "</think>", "<arg_key>")
+    tags = (
+        "<|observation|>",
+        "<|user|>",
+        "<|assistant|>",
+        "<tool_call>",
+        "</tool_call>",
+        "</think>",
+        "<arg_key>",
+    )
     for tag in (*tags, "</arg_key>", "<arg_value>", "</arg_value>"):
         assert tag not in message.reasoning + message.content

@@ -50,15 +50,22 @@ TOOLS = [
 TOOLS_BLOCK = (
     "<|system|>\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
     "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
-    + json.dumps({k: v for k, v in TOOLS[0].items()} | {"function": {
-        k: v for k, v in TOOLS[0]["function"].items() if k != "strict"}}, ensure_ascii=False)
+    + json.dumps(
+        {k: v for k, v in TOOLS[0].items()}
+        | {"function": {k: v for k, v in TOOLS[0]["function"].items() if k != "strict"}},
+        ensure_ascii=False,
+    )
     + "\n</tools>\n\nFor each function call, output the function name and arguments within the following "
     "XML format:\n<tool_call>{function-name}<arg_key>{arg-key-1}</arg_key><arg_value>{arg-value-1}"
     "</arg_value><arg_key>{arg-key-2}</arg_key><arg_value>{arg-value-2}</arg_value>...</tool_call>"
 )
 CALLS = [
     {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
-    {"id": "c2", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Rome", "days": 3}}},
+    {
+        "id": "c2",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": {"city": "Rome", "days": 3}},
+    },
 ]
 
 
@@ -82,32 +89,96 @@ def expected_ids(tokenizer: Any, pieces: list[str]) -> list[int]:
 GOLDEN: dict[str, tuple[dict[str, Any], list[str]]] = {
     "plain chat": (
         {"messages": [{"role": "user", "content": "hi"}]},
-        ["[gMASK]", "<sop>", "<|system|>", "Reasoning Effort: Max", "<|user|>", "hi", "<|assistant|>", "<think>"],
+        [
+            "[gMASK]",
+            "<sop>",
+            "<|system|>",
+            "Reasoning Effort: Max",
+            "<|user|>",
+            "hi",
+            "<|assistant|>",
+            "<think>",
+        ],
     ),
     "system prompt": (
         {"messages": [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "hi"}]},
-        ["[gMASK]", "<sop>", "<|system|>", "Reasoning Effort: Max", "<|system|>", "You are terse.",
-         "<|user|>", "hi", "<|assistant|>", "<think>"],
+        [
+            "[gMASK]",
+            "<sop>",
+            "<|system|>",
+            "Reasoning Effort: Max",
+            "<|system|>",
+            "You are terse.",
+            "<|user|>",
+            "hi",
+            "<|assistant|>",
+            "<think>",
+        ],
     ),
     "effort low": (
         {"messages": [{"role": "user", "content": "hi"}], "effort": "low"},
-        ["[gMASK]", "<sop>", "<|system|>", "Reasoning Effort: Low", "<|user|>", "hi", "<|assistant|>", "<think>"],
+        [
+            "[gMASK]",
+            "<sop>",
+            "<|system|>",
+            "Reasoning Effort: Low",
+            "<|user|>",
+            "hi",
+            "<|assistant|>",
+            "<think>",
+        ],
     ),
     "effort high": (
         {"messages": [{"role": "user", "content": "hi"}], "effort": "high"},
-        ["[gMASK]", "<sop>", "<|system|>", "Reasoning Effort: High", "<|user|>", "hi", "<|assistant|>", "<think>"],
+        [
+            "[gMASK]",
+            "<sop>",
+            "<|system|>",
+            "Reasoning Effort: High",
+            "<|user|>",
+            "hi",
+            "<|assistant|>",
+            "<think>",
+        ],
     ),
     "effort medium is high": (
         {"messages": [{"role": "user", "content": "hi"}], "effort": "medium"},
-        ["[gMASK]", "<sop>", "<|system|>", "Reasoning Effort: High", "<|user|>", "hi", "<|assistant|>", "<think>"],
+        [
+            "[gMASK]",
+            "<sop>",
+            "<|system|>",
+            "Reasoning Effort: High",
+            "<|user|>",
+            "hi",
+            "<|assistant|>",
+            "<think>",
+        ],
     ),
     "effort max": (
         {"messages": [{"role": "user", "content": "hi"}], "effort": "max"},
-        ["[gMASK]", "<sop>", "<|system|>", "Reasoning Effort: Max", "<|user|>", "hi", "<|assistant|>", "<think>"],
+        [
+            "[gMASK]",
+            "<sop>",
+            "<|system|>",
+            "Reasoning Effort: Max",
+            "<|user|>",
+            "hi",
+            "<|assistant|>",
+            "<think>",
+        ],
     ),
     "effort xhigh is max": (
         {"messages": [{"role": "user", "content": "hi"}], "effort": "xhigh"},
-        ["[gMASK]", "<sop>", "<|system|>", "Reasoning Effort: Max", "<|user|>", "hi", "<|assistant|>", "<think>"],
+        [
+            "[gMASK]",
+            "<sop>",
+            "<|system|>",
+            "Reasoning Effort: Max",
+            "<|user|>",
+            "hi",
+            "<|assistant|>",
+            "<think>",
+        ],
     ),
     "thinking off": (
         {"messages": [{"role": "user", "content": "hi"}], "kwargs": {"enable_thinking": False}},
@@ -125,8 +196,22 @@ GOLDEN: dict[str, tuple[dict[str, Any], list[str]]] = {
                 {"role": "user", "content": "and 3+3?"},
             ]
         },
-        ["[gMASK]", "<sop>", "<|system|>", "Reasoning Effort: Max", "<|user|>", "2+2?", "<|assistant|>",
-         "<think>", "</think>", "4", "<|user|>", "and 3+3?", "<|assistant|>", "<think>"],
+        [
+            "[gMASK]",
+            "<sop>",
+            "<|system|>",
+            "Reasoning Effort: Max",
+            "<|user|>",
+            "2+2?",
+            "<|assistant|>",
+            "<think>",
+            "</think>",
+            "4",
+            "<|user|>",
+            "and 3+3?",
+            "<|assistant|>",
+            "<think>",
+        ],
     ),
     "multi-turn, earlier reasoning kept": (
         {
@@ -137,33 +222,100 @@ GOLDEN: dict[str, tuple[dict[str, Any], list[str]]] = {
             ],
             "kwargs": {"clear_thinking": False},
         },
-        ["[gMASK]", "<sop>", "<|system|>", "Reasoning Effort: Max", "<|user|>", "2+2?", "<|assistant|>",
-         "<think>", "add them", "</think>", "4", "<|user|>", "and 3+3?", "<|assistant|>", "<think>"],
+        [
+            "[gMASK]",
+            "<sop>",
+            "<|system|>",
+            "Reasoning Effort: Max",
+            "<|user|>",
+            "2+2?",
+            "<|assistant|>",
+            "<think>",
+            "add them",
+            "</think>",
+            "4",
+            "<|user|>",
+            "and 3+3?",
+            "<|assistant|>",
+            "<think>",
+        ],
     ),
     "tools offered": (
         {"messages": [{"role": "user", "content": "weather?"}], "tools": TOOLS, "effort": "high"},
-        ["[gMASK]", "<sop>", "<|system|>", "Reasoning Effort: High", TOOLS_BLOCK, "<|user|>", "weather?",
-         "<|assistant|>", "<think>"],
+        [
+            "[gMASK]",
+            "<sop>",
+            "<|system|>",
+            "Reasoning Effort: High",
+            TOOLS_BLOCK,
+            "<|user|>",
+            "weather?",
+            "<|assistant|>",
+            "<think>",
+        ],
     ),
     "tool results": (
         {
             "messages": [
                 {"role": "user", "content": "Paris and Rome?"},
-                {"role": "assistant", "content": None, "reasoning_content": "ask the tool", "tool_calls": CALLS},
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "reasoning_content": "ask the tool",
+                    "tool_calls": CALLS,
+                },
                 {"role": "tool", "tool_call_id": "c2", "content": "sunny"},
                 {"role": "tool", "tool_call_id": "c1", "content": "rain"},
             ],
             "tools": TOOLS,
             "effort": "low",
         },
-        ["[gMASK]", "<sop>", "<|system|>", "Reasoning Effort: Low", TOOLS_BLOCK, "<|user|>", "Paris and Rome?",
-         "<|assistant|>", "<think>", "ask the tool", "</think>",
-         "<tool_call>", "get_weather", "<arg_key>", "city", "</arg_key>", "<arg_value>", "Paris", "</arg_value>",
-         "</tool_call>",
-         "<tool_call>", "get_weather", "<arg_key>", "city", "</arg_key>", "<arg_value>", "Rome", "</arg_value>",
-         "<arg_key>", "days", "</arg_key>", "<arg_value>", "3", "</arg_value>", "</tool_call>",
-         "<|observation|>", "<tool_response>", "rain", "</tool_response>", "<tool_response>", "sunny",
-         "</tool_response>", "<|assistant|>", "<think>"],
+        [
+            "[gMASK]",
+            "<sop>",
+            "<|system|>",
+            "Reasoning Effort: Low",
+            TOOLS_BLOCK,
+            "<|user|>",
+            "Paris and Rome?",
+            "<|assistant|>",
+            "<think>",
+            "ask the tool",
+            "</think>",
+            "<tool_call>",
+            "get_weather",
+            "<arg_key>",
+            "city",
+            "</arg_key>",
+            "<arg_value>",
+            "Paris",
+            "</arg_value>",
+            "</tool_call>",
+            "<tool_call>",
+            "get_weather",
+            "<arg_key>",
+            "city",
+            "</arg_key>",
+            "<arg_value>",
+            "Rome",
+            "</arg_value>",
+            "<arg_key>",
+            "days",
+            "</arg_key>",
+            "<arg_value>",
+            "3",
+            "</arg_value>",
+            "</tool_call>",
+            "<|observation|>",
+            "<tool_response>",
+            "rain",
+            "</tool_response>",
+            "<tool_response>",
+            "sunny",
+            "</tool_response>",
+            "<|assistant|>",
+            "<think>",
+        ],
     ),
     "images": (
         {
@@ -180,9 +332,25 @@ GOLDEN: dict[str, tuple[dict[str, Any], list[str]]] = {
             ],
             "effort": "high",
         },
-        ["[gMASK]", "<sop>", "<|system|>", "Reasoning Effort: High", "<|user|>", "compare ",
-         "<|begin_of_image|>", "<|image|>", "<|end_of_image|>", "<|begin_of_image|>", "<|image|>",
-         "<|end_of_image|>", "<|begin_of_video|>", "<|video|>", "<|end_of_video|>", "<|assistant|>", "<think>"],
+        [
+            "[gMASK]",
+            "<sop>",
+            "<|system|>",
+            "Reasoning Effort: High",
+            "<|user|>",
+            "compare ",
+            "<|begin_of_image|>",
+            "<|image|>",
+            "<|end_of_image|>",
+            "<|begin_of_image|>",
+            "<|image|>",
+            "<|end_of_image|>",
+            "<|begin_of_video|>",
+            "<|video|>",
+            "<|end_of_video|>",
+            "<|assistant|>",
+            "<think>",
+        ],
     ),
 }
 
@@ -207,7 +375,9 @@ def test_checkpoint_template_renders_the_same(name: str, tiny_glm: Path) -> None
 
 
 def test_control_tokens_carry_the_reference_ids(tokenizer: Any) -> None:
-    text = _render(PromptRenderer(), GOLDEN["tool results"][0]) + _render(PromptRenderer(), GOLDEN["images"][0])
+    text = _render(PromptRenderer(), GOLDEN["tool results"][0]) + _render(
+        PromptRenderer(), GOLDEN["images"][0]
+    )
     for token_id in tokenizer.encode(text, add_special_tokens=False):
         token = tokenizer.convert_ids_to_tokens(token_id)
         if token in REFERENCE_IDS:
@@ -237,7 +407,10 @@ def test_pitfalls_are_normalised_before_rendering() -> None:
 
 
 def test_reasoning_inside_content_is_split_out() -> None:
-    messages = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "<think>why</think>because"}]
+    messages = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "<think>why</think>because"},
+    ]
     text = PromptRenderer().render(messages, options=prompt_options(None, {"clear_thinking": False}))
     assert text.endswith("<|assistant|><think>why</think>because<|assistant|><think>")
 

@@ -13,7 +13,7 @@ import torch
 from sparkfold.glm.grammar import GrammarCompiler, constraint_from_request
 from sparkfold.glm.logits import GrammarLogitsProcessor
 from sparkfold.glm.parser import parse_output
-from sparkfold.glm.render import PromptRenderer, prompt_options
+from sparkfold.glm.render import PromptRenderer
 from sparkfold.protocol import ChatCompletionRequest
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
@@ -111,7 +111,9 @@ def test_guided_choice_returns_one_of_the_choices(model: Any, tokenizer: Any) ->
 
 
 def test_the_think_block_still_closes_and_the_grammar_follows(model: Any, tokenizer: Any) -> None:
-    body = chat(response_format={"type": "json_schema", "json_schema": {"schema": SCHEMA}}, reasoning_effort="low")
+    body = chat(
+        response_format={"type": "json_schema", "json_schema": {"schema": SCHEMA}}, reasoning_effort="low"
+    )
     text, matcher = generate(model, tokenizer, body, seed=3, force_think_end_at=6)
     message = parse_output(text, thinking=True)
     assert "</think>" in text and matcher.is_terminated()
