@@ -85,12 +85,10 @@ def coerce_value(text: str, schema: Mapping[str, Any] | None) -> Any:
     if not types:
         return value if not isinstance(value, str) else text
     if any(_is_type(value, _JSON_TYPES[t]) for t in types if t in _JSON_TYPES):
-        if "number" in types and isinstance(value, int) and not isinstance(value, bool):
-            return value
         return value
     if "integer" in types and isinstance(value, float) and value.is_integer():
         return int(value)
-    return text if "string" in types or not types else value
+    return text if "string" in types else value
 
 
 def coerce_arguments(raw: Mapping[str, str], parameters: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -62,6 +62,14 @@ class MediaLimits:
     remote_urls: bool = False
     fetch_timeout_s: float = 10.0
 
+    @classmethod
+    def from_settings(cls, settings: Any) -> MediaLimits:
+        """From ``[engine.media]`` (:class:`sparkfold.config.MediaSettings`), MiB turned into bytes."""
+        fields = settings.model_dump()
+        fields["max_image_bytes"] = int(fields.pop("max_image_mib") * MIB)
+        fields["max_video_bytes"] = int(fields.pop("max_video_mib") * MIB)
+        return cls(**fields)
+
 
 @dataclass(frozen=True)
 class MediaPart:
@@ -194,7 +202,7 @@ def _decode_video(part: MediaPart, data: bytes, limits: MediaLimits) -> Video:
 
     frames: list[Image.Image] = []
     try:
-        with av.open(io.BytesIO(data)) as container:
+        with av.open(io.BytesIO(data), mode="r") as container:
             if not container.streams.video:
                 raise MediaError("the video has no video stream", part.param)
             stream = container.streams.video[0]
@@ -203,7 +211,7 @@ def _decode_video(part: MediaPart, data: bytes, limits: MediaLimits) -> Video:
             next_pick = 0.0
             for index, frame in enumerate(container.decode(stream)):
                 if index + 1e-9 >= next_pick:
-                    frames.append(frame.to_image().convert("RGB"))
+                    frames.append(frame.to_image().convert("RGB"))  # type: ignore[no-untyped-call]
                     next_pick += step
                     if len(frames) > limits.max_video_frames:
                         raise MediaError(
@@ -211,7 +219,7 @@ def _decode_video(part: MediaPart, data: bytes, limits: MediaLimits) -> Video:
                             f"{limits.video_fps:g} frames/s; send a shorter clip",
                             part.param,
                         )
-            total = index + 1 if frames else 0
+            total = index + 1 if frames else 0  # frames decoded, picked or not
     except MediaError:
         raise
     except (av.FFmpegError, OSError, ValueError) as exc:

@@ -87,7 +87,7 @@ def _tokenizer(seed: int) -> Any:
     if size < SPECIAL_BASE:  # pad so the control tokens land on their published offsets
         tok.add_tokens([f"<|filler_{i}|>" for i in range(SPECIAL_BASE - size)])
     tok.add_special_tokens(list(SPECIAL_TOKENS))
-    wrapped = PreTrainedTokenizerFast(
+    wrapped = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
         tokenizer_object=tok,
         eos_token=ENDOFTEXT,
         pad_token=ENDOFTEXT,
@@ -286,7 +286,8 @@ def write_tiny_glm(directory: str | Path, *, seed: int = 0, decisive: bool = Fal
     path.mkdir(parents=True, exist_ok=True)
     config = tiny_config()
     torch.manual_seed(seed)
-    model = Glm5NextForConditionalGeneration(Glm5NextConfig(**config)).eval()
+    model = Glm5NextForConditionalGeneration(Glm5NextConfig(**config))
+    model.train(False)
     if decisive:
         with torch.no_grad():
             model.lm_head.weight.mul_(DECISIVE_SCALE)

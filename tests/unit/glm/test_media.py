@@ -154,3 +154,11 @@ def test_the_model_processor_expands_placeholders_within_budget(tiny_glm: Path) 
             collect_media([{"role": "user", "content": [{"type": "video_url", "video_url": {"url": mp4()}}]}])
         )
         vision_inputs("<|video|>", video_media, image_processor=processor, video_processor=None)
+
+
+def test_limits_come_from_the_engine_settings() -> None:
+    from sparkfold.config import MediaSettings
+
+    limits = MediaLimits.from_settings(MediaSettings(max_image_mib=1.5, remote_urls=True, max_images=2))
+    assert (limits.max_image_bytes, limits.remote_urls, limits.max_images) == (1572864, True, 2)
+    assert limits.max_video_bytes == 64 * 1024 * 1024
