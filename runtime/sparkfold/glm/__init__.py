@@ -9,6 +9,7 @@ Engine-agnostic (imports nothing from ``engines/``, ``api/`` or ``node/``):
 ``grammar``     response_format / guided_* → xgrammar matcher (imports torch and xgrammar)
 ``logits``      that matcher as a transformers LogitsProcessor (imports transformers)
 ``media``       image_url / video_url parts → decoded frames → the model's processor
+``serving``     all of it per request, in the shapes an engine server's seam takes
 ``tokens``      the GLM control tokens and their ids
 ``errors``      :class:`GlmError` and its 400-class subclasses
 
