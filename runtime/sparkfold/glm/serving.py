@@ -22,7 +22,7 @@ from typing import Any
 from sparkfold.glm.errors import MediaError
 from sparkfold.glm.media import MediaLimits, collect_media, load_media, require_vision, vision_inputs
 from sparkfold.glm.parser import OutputParser
-from sparkfold.glm.render import PromptRenderer, RenderedPrompt
+from sparkfold.glm.render import PromptRenderer, RenderedPrompt, offered_tools, prompt_options
 from sparkfold.glm.tokens import STOP_TOKENS
 from sparkfold.protocol import Delta
 
@@ -112,6 +112,16 @@ class GlmChat:
         """Ids that end a reply (``<|assistant|>`` included): the engine must stop on all of them."""
         vocab = self.tokenizer.get_vocab()
         return frozenset(vocab[t] for t in STOP_TOKENS if t in vocab)
+
+    def parser_for(self, request: Any) -> StreamParser:
+        """The reply parser of ``request`` (the engine's ``ParserFactory`` seam)."""
+        options = prompt_options(
+            getattr(request, "reasoning_effort", None),
+            getattr(request, "chat_template_kwargs", None),
+            default_thinking=self.default_thinking,
+        )
+        tools = offered_tools(getattr(request, "tools", None), getattr(request, "tool_choice", None))
+        return StreamParser(tools, thinking=options.thinking)
 
     def render(self, request: Any) -> str:
         """The prompt text alone (the engine's ``ChatRenderer`` seam; ``/tokenize``)."""

@@ -78,6 +78,8 @@ def test_prepare_renders_sees_and_constrains(chat: GlmChat) -> None:
     plain = chat.prepare(request(tools=TOOLS))
     assert plain.matcher is None and plain.vision == {} and "<tools>" in plain.prompt
     assert isinstance(plain.parser(), StreamParser)
+    parser = chat.parser_for(request(tools=TOOLS, reasoning_effort="none"))
+    assert parser.feed("<tool_call>f<arg_key>n</arg_key><arg_value>1</arg_value></tool_call>")[0].tool_calls
     assert (
         chat.render(request())
         == plain.prompt.split("<|system|>\n# Tools")[0] + "<|user|>hi<|assistant|><think>"
