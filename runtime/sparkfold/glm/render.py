@@ -74,6 +74,11 @@ class RenderedPrompt:
     options: PromptOptions
     tools: list[dict[str, Any]]
 
+    @property
+    def thinking(self) -> bool:
+        """Whether the reply starts inside a think block (the prompt ends with an open ``<think>``)."""
+        return self.text.endswith(THINK)
+
 
 def _thinking_flag(value: Any) -> bool | None:
     if isinstance(value, bool):

@@ -22,7 +22,7 @@ from typing import Any
 from sparkfold.glm.errors import MediaError
 from sparkfold.glm.media import MediaLimits, collect_media, load_media, require_vision, vision_inputs
 from sparkfold.glm.parser import OutputParser
-from sparkfold.glm.render import PromptRenderer, RenderedPrompt, offered_tools, prompt_options
+from sparkfold.glm.render import PromptRenderer, RenderedPrompt
 from sparkfold.glm.tokens import STOP_TOKENS
 from sparkfold.protocol import Delta
 
@@ -72,7 +72,7 @@ class GlmTurn:
     matcher: Any = None  # ConstrainedMatcher | None
 
     def parser(self) -> StreamParser:
-        return StreamParser(self.rendered.tools, thinking=self.rendered.options.thinking)
+        return StreamParser(self.rendered.tools, thinking=self.rendered.thinking)
 
 
 class GlmChat:
@@ -115,13 +115,8 @@ class GlmChat:
 
     def parser_for(self, request: Any) -> StreamParser:
         """The reply parser of ``request`` (the engine's ``ParserFactory`` seam)."""
-        options = prompt_options(
-            getattr(request, "reasoning_effort", None),
-            getattr(request, "chat_template_kwargs", None),
-            default_thinking=self.default_thinking,
-        )
-        tools = offered_tools(getattr(request, "tools", None), getattr(request, "tool_choice", None))
-        return StreamParser(tools, thinking=options.thinking)
+        rendered = self.renderer.render_request(request, default_thinking=self.default_thinking)
+        return StreamParser(rendered.tools, thinking=rendered.thinking)
 
     def render(self, request: Any) -> str:
         """The prompt text alone (the engine's ``ChatRenderer`` seam; ``/tokenize``)."""
@@ -148,5 +143,5 @@ class GlmChat:
             )
         constraint = constraint_from_request(request)
         if constraint is not None:
-            turn.matcher = self.grammar.matcher(constraint, thinking=rendered.options.thinking)
+            turn.matcher = self.grammar.matcher(constraint, thinking=rendered.thinking)
         return turn

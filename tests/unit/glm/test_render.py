@@ -470,3 +470,4 @@ def test_render_request_offers_no_tools_for_tool_choice_none() -> None:
     rendered = PromptRenderer().render_request(request, default_thinking=False)
     assert rendered.tools == [] and "<tools>" not in rendered.text
     assert rendered.text.endswith("<think></think>") and not rendered.options.thinking
+    assert not rendered.thinking and PromptRenderer().render_request(request).thinking
