@@ -1,0 +1,189 @@
+"""The engine's chat stream, cleaned: the one streamed chat pipeline every dialect consumes.
+
+:class:`ChatStream` reads an open engine stream and yields *chat events*:
+
+``str``   a chunk's JSON text, unchanged (the fast path: plain content deltas are not re-encoded)
+``dict``  a chunk that was rewritten (reasoning alias, tool-call hygiene), or ``{"error": {...}}``
+``None``  nothing arrived for ``keepalive_s``: send a keepalive
+``DONE``  always last
+
+Tool-call deltas are held until the call is complete (the next call starts or the reply
+finishes), then sent whole, typed by the offered schema; a call to a tool that was not offered
+becomes content text. An upstream failure after the stream opened becomes one error event, and
+the stream still ends with ``DONE``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Final
+
+from sparkfold.api.errors import ApiError, UpstreamError, error_body
+from sparkfold.api.streaming import upstream_events
+from sparkfold.api.tools import Toolbox
+from sparkfold.api.upstream import EngineStream
+
+__all__ = ["DONE", "ChatEvent", "ChatStream", "as_chunk"]
+
+
+class _Done:
+    def __repr__(self) -> str:
+        return "DONE"
+
+
+DONE: Final = _Done()
+ChatEvent = str | dict[str, Any] | None | _Done
+
+# A payload containing none of these is a plain delta and is passed through untouched.
+_NEEDS_PARSING = ('"reasoning_content"', '"tool_calls"', '"usage"', '"finish_reason"', '"error"')
+
+
+def as_chunk(event: str | dict[str, Any]) -> dict[str, Any]:
+    return json.loads(event) if isinstance(event, str) else event
+
+
+class _PendingCall:
+    __slots__ = ("arguments", "id", "name")
+
+    def __init__(self) -> None:
+        self.id: str | None = None
+        self.name: str | None = None
+        self.arguments = ""
+
+
+class ChatStream:
+    """An open streamed chat completion; iterate it once, then :meth:`aclose`."""
+
+    def __init__(
+        self,
+        upstream: EngineStream,
+        *,
+        keepalive_s: float,
+        toolbox: Toolbox,
+        on_first_token: Callable[[], None] = lambda: None,
+        on_usage: Callable[[Any], None] = lambda usage: None,
+    ) -> None:
+        self._upstream = upstream
+        self._keepalive_s = keepalive_s
+        self._toolbox = toolbox
+        self._on_first_token = on_first_token
+        self._on_usage = on_usage
+        self._first = True
+        self._pending: dict[int, _PendingCall] = {}
+        self._calls_sent = 0
+        self.usage: dict[str, Any] | None = None
+        self.errored = False
+
+    async def aclose(self) -> None:
+        await self._upstream.aclose()
+
+    def __aiter__(self) -> AsyncIterator[ChatEvent]:
+        return self._events()
+
+    async def _events(self) -> AsyncIterator[ChatEvent]:
+        done = False
+        try:
+            async for payload in upstream_events(self._upstream.lines(), self._keepalive_s):
+                if payload is None:
+                    yield None
+                elif payload == "[DONE]":
+                    done = True
+                    break
+                elif not any(key in payload for key in _NEEDS_PARSING):
+                    self._token_seen()
+                    yield payload
+                else:
+                    for event in self._rewrite(payload):
+                        yield event
+        except ApiError as exc:
+            if not self.errored:
+                self.errored = True
+                yield {"error": error_body(exc)["error"]}
+        else:
+            if not done and not self.errored:
+                self.errored = True
+                error = UpstreamError("the engine closed the stream before it finished")
+                yield {"error": error_body(error)["error"]}
+        yield DONE
+
+    def _token_seen(self) -> None:
+        if self._first:
+            self._first = False
+            self._on_first_token()
+
+    def _rewrite(self, payload: str) -> list[ChatEvent]:
+        try:
+            chunk = json.loads(payload)
+        except ValueError:
+            chunk = None
+        if not isinstance(chunk, dict):
+            self.errored = True
+            return [{"error": error_body(UpstreamError("the engine sent a chunk that is not JSON"))["error"]}]
+        if "error" in chunk:
+            self.errored = True
+            return [chunk]
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = chunk["usage"]
+            self._on_usage(chunk["usage"])
+        choices = chunk.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            return [chunk]
+        choice = choices[0]
+        delta = choice.get("delta")
+        if not isinstance(delta, dict):  # a completions chunk (``text``): nothing to rewrite
+            if choice.get("text"):
+                self._token_seen()
+            return [chunk]
+        out: list[ChatEvent] = []
+        if delta.get("content") or delta.get("reasoning_content") or delta.get("tool_calls"):
+            self._token_seen()
+        if delta.get("reasoning_content") is not None:
+            delta["reasoning"] = delta["reasoning_content"]
+        calls = delta.pop("tool_calls", None)
+        if calls:
+            out += self._collect(chunk, calls)
+        if choice.get("finish_reason"):
+            out += self._flush(chunk, upto=None)
+            if choice["finish_reason"] == "tool_calls" and self._calls_sent == 0:
+                choice["finish_reason"] = "stop"
+        if not calls or delta or choice.get("finish_reason") or "usage" in chunk:
+            out.append(chunk)
+        return out
+
+    def _collect(self, chunk: dict[str, Any], deltas: Any) -> list[ChatEvent]:
+        out: list[ChatEvent] = []
+        for item in deltas if isinstance(deltas, list) else []:
+            if not isinstance(item, dict):
+                continue
+            index = item.get("index", 0) if isinstance(item.get("index"), int) else 0
+            if index not in self._pending:
+                out += self._flush(chunk, upto=index)  # a new call starts: the earlier ones are whole
+                self._pending[index] = _PendingCall()
+            call = self._pending[index]
+            call.id = item.get("id") or call.id
+            function = item.get("function") if isinstance(item.get("function"), dict) else {}
+            call.name = function.get("name") or call.name
+            if isinstance(function.get("arguments"), str):
+                call.arguments += function["arguments"]
+        return out
+
+    def _flush(self, chunk: dict[str, Any], upto: int | None) -> list[ChatEvent]:
+        ready = sorted(i for i in self._pending if upto is None or i < upto)
+        out: list[ChatEvent] = []
+        for index in ready:
+            call = self._pending.pop(index)
+            raw = {
+                "id": call.id or f"call_{index}",
+                "function": {"name": call.name, "arguments": call.arguments},
+            }
+            kept, text = self._toolbox.clean_calls([raw])
+            skeleton = {key: chunk[key] for key in ("id", "object", "created", "model") if key in chunk}
+            if kept:
+                tool_delta = {"index": self._calls_sent, **kept[0]}
+                self._calls_sent += 1
+                delta: dict[str, Any] = {"tool_calls": [tool_delta]}
+            else:
+                delta = {"content": text}
+            out.append({**skeleton, "choices": [{"index": 0, "delta": delta}]})
+        return out

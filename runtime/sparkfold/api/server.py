@@ -1,0 +1,101 @@
+"""Run the gateway: refuse unsafe starts, log JSON lines, serve with uvicorn, reload keys on SIGHUP."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import sys
+from typing import Any
+
+import uvicorn
+
+from sparkfold.api.app import create_app
+from sparkfold.api.keys import KeyFileError, KeyStore
+from sparkfold.config import Settings
+
+__all__ = ["GatewayRefused", "JsonFormatter", "check_keys", "serve"]
+
+log = logging.getLogger(__name__)
+
+_STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
+
+
+class GatewayRefused(RuntimeError):
+    """The gateway will not start with these settings; the message says what to change."""
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line (journald keeps them whole): time, level, logger, message, extras."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        data: dict[str, Any] = {
+            "ts": round(record.created, 3),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        data.update({k: v for k, v in record.__dict__.items() if k not in _STANDARD})
+        if record.exc_info:
+            data["exc"] = self.formatException(record.exc_info)
+        return json.dumps(data, default=str)
+
+
+def check_keys(settings: Settings) -> KeyStore:
+    """The key store, or GatewayRefused when keys are required and there are none."""
+    api = settings.api
+    try:
+        keys = KeyStore(api.api_keys_file)
+    except KeyFileError as exc:
+        raise GatewayRefused(str(exc)) from None
+    if api.keys_required and len(keys) == 0:
+        where = api.api_keys_file or "/etc/sparkfold/api-keys"
+        raise GatewayRefused(
+            f"API keys are required because api.host {api.host} is not loopback, but {where} holds none; "
+            f"add one (python3 -c 'import secrets; print(secrets.token_urlsafe(32))' >> {where}, "
+            "or a 'sha256:<hex>' line), set api.api_keys_file to it, or bind api.host to 127.0.0.1"
+        )
+    return keys
+
+
+def _configure_logging() -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+
+
+def serve(settings: Settings) -> None:
+    """Serve until SIGINT/SIGTERM. Raises GatewayRefused before binding when it must not start."""
+    check_keys(settings)
+    _configure_logging()
+    app = create_app(settings)
+    config = uvicorn.Config(
+        app,
+        host=settings.api.host,
+        port=settings.api.port,
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=5,
+    )
+    server = uvicorn.Server(config)
+
+    def reload_keys() -> None:
+        try:
+            count = app.gateway.keys.reload()
+        except KeyFileError as exc:
+            log.error("api keys not reloaded; the old ones stay in force", extra={"error": str(exc)})
+        else:
+            log.info("api keys reloaded", extra={"keys": count})
+
+    async def main() -> None:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload_keys)
+        log.info(
+            "gateway starting",
+            extra={"bind": f"{settings.api.host}:{settings.api.port}", "engine": settings.engine_url},
+        )
+        await server.serve()
+
+    asyncio.run(main())

@@ -1,0 +1,122 @@
+"""Server-sent events: reading the engine's stream, and sending ours with disconnect detection.
+
+:func:`upstream_events` turns the engine's SSE lines into payload strings, inserting ``None``
+after every ``keepalive_s`` of silence (routes turn it into ``: keepalive`` or an Anthropic
+``ping``). :class:`SSEResponse` sends an :class:`EventStream` and watches the client's connection
+at the same time: when the client leaves, the stream is cancelled and closed at once (which
+closes the engine connection, so the engine stops generating), and the lane is freed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+
+from starlette.types import Receive, Scope, Send
+
+__all__ = ["KEEPALIVE_COMMENT", "EventStream", "SSEResponse", "upstream_events"]
+
+log = logging.getLogger(__name__)
+
+KEEPALIVE_COMMENT = b": keepalive\n\n"
+_END = object()
+_QUEUE_DEPTH = 256
+
+SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+
+
+async def upstream_events(lines: AsyncIterator[str], keepalive_s: float) -> AsyncIterator[str | None]:
+    """The ``data:`` payloads of ``lines``; ``None`` after each ``keepalive_s`` without one.
+
+    Errors of the upstream (timeouts, broken connections) are raised to the caller in order.
+    """
+    queue: asyncio.Queue[object] = asyncio.Queue(maxsize=_QUEUE_DEPTH)
+
+    async def pump() -> None:
+        try:
+            async for line in lines:
+                if line.startswith("data:"):
+                    await queue.put(line[5:].strip())
+            await queue.put(_END)
+        except Exception as exc:
+            await queue.put(exc)
+
+    task = asyncio.create_task(pump())
+    try:
+        while True:
+            try:
+                item = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                try:
+                    item = await asyncio.wait_for(queue.get(), keepalive_s)
+                except TimeoutError:
+                    yield None
+                    continue
+            if item is _END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item  # type: ignore[misc]
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+@dataclass
+class EventStream:
+    """The bytes of a streamed response and how to release what feeds them."""
+
+    events: AsyncIterator[bytes]
+    close: Callable[[], Awaitable[None]]
+    on_client_gone: Callable[[], None] | None = None
+
+
+class SSEResponse:
+    """An ASGI response that sends an :class:`EventStream` and cancels it if the client leaves."""
+
+    def __init__(self, stream: EventStream) -> None:
+        self.stream = stream
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        gone = False
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+            sender = asyncio.create_task(self._send_all(send))
+            watcher = asyncio.create_task(_wait_disconnect(receive))
+            done, _ = await asyncio.wait({sender, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            if watcher in done and sender not in done:
+                gone = True
+                sender.cancel()
+            else:
+                watcher.cancel()
+            results = await asyncio.gather(sender, watcher, return_exceptions=True)
+            if isinstance(results[0], OSError):
+                gone = True  # the send failed: the client is gone
+            elif isinstance(results[0], Exception):
+                log.error("stream failed", exc_info=results[0])
+        except OSError:
+            gone = True
+        finally:
+            with contextlib.suppress(Exception):
+                await self.stream.events.aclose()  # type: ignore[attr-defined]
+            await self.stream.close()
+        if gone and self.stream.on_client_gone is not None:
+            self.stream.on_client_gone()
+
+    async def _send_all(self, send: Send) -> None:
+        async for chunk in self.stream.events:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _wait_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass

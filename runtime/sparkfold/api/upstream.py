@@ -1,0 +1,151 @@
+"""The one engine server, reached over HTTP (``settings.engine_url``).
+
+:class:`Engine` wraps one ``httpx.AsyncClient``. JSON calls return the decoded body or raise an
+:mod:`~sparkfold.api.errors` error: the engine's own 4xx keeps its status and message (it is the
+client's mistake), anything else becomes an :class:`~sparkfold.api.errors.UpstreamError`.
+:meth:`Engine.open_stream` opens a streamed request and checks its status *before* the gateway
+starts its own response, so a refusal is still a plain JSON error; the caller must
+:meth:`EngineStream.aclose` it (closing the connection is how the engine learns the client left).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+from sparkfold.api.errors import (
+    ApiError,
+    ClientError,
+    Overloaded,
+    UpstreamError,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
+
+__all__ = ["Engine", "EngineStream"]
+
+CONNECT_TIMEOUT_S = 5.0
+
+
+class EngineStream:
+    """An open streamed response from the engine."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self._response = response
+
+    async def lines(self) -> AsyncIterator[str]:
+        try:
+            async for line in self._response.aiter_lines():
+                yield line
+        except httpx.TimeoutException as exc:
+            raise UpstreamTimeout("the engine stopped sending mid-stream") from exc
+        except httpx.HTTPError as exc:
+            raise UpstreamError(f"the engine's stream broke off: {type(exc).__name__}") from exc
+
+    async def aclose(self) -> None:
+        await self._response.aclose()
+
+
+class Engine:
+    """Client of the engine server at ``base_url``; ``transport`` swaps the network out in tests."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout_s: float,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.base_url = base_url
+        self._client = httpx.AsyncClient(
+            base_url=base_url,
+            timeout=httpx.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+            transport=transport,
+        )
+
+    def __repr__(self) -> str:
+        return f"Engine({self.base_url!r})"
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def get_json(self, path: str, *, timeout_s: float | None = None) -> dict[str, Any]:
+        response = await self._send("GET", path, None, timeout_s=timeout_s)
+        return _decode(response)
+
+    async def get_text(self, path: str, *, timeout_s: float | None = None) -> str:
+        response = await self._send("GET", path, None, timeout_s=timeout_s)
+        if response.status_code != 200:
+            raise UpstreamError(f"the engine answered {path} with HTTP {response.status_code}")
+        return response.text
+
+    async def post_json(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        return _decode(await self._send("POST", path, body))
+
+    async def open_stream(self, path: str, body: dict[str, Any]) -> EngineStream:
+        request = self._client.build_request("POST", path, json=body)
+        try:
+            response = await self._client.send(request, stream=True)
+        except httpx.TimeoutException as exc:
+            raise UpstreamTimeout(f"the engine did not answer {path} in time") from exc
+        except httpx.HTTPError as exc:
+            raise UpstreamUnavailable(f"cannot reach the engine at {self.base_url}: {exc}") from exc
+        if response.status_code != 200:
+            try:
+                await response.aread()
+            except httpx.HTTPError:
+                pass
+            finally:
+                await response.aclose()
+            raise _status_error(response)
+        return EngineStream(response)
+
+    async def _send(
+        self, method: str, path: str, body: dict[str, Any] | None, *, timeout_s: float | None = None
+    ) -> httpx.Response:
+        extra: dict[str, Any] = {} if timeout_s is None else {"timeout": timeout_s}
+        try:
+            return await self._client.request(method, path, json=body, **extra)
+        except httpx.TimeoutException as exc:
+            raise UpstreamTimeout(f"the engine did not answer {path} in time") from exc
+        except httpx.HTTPError as exc:
+            raise UpstreamUnavailable(f"cannot reach the engine at {self.base_url}: {exc}") from exc
+
+
+def _decode(response: httpx.Response) -> dict[str, Any]:
+    if response.status_code != 200:
+        raise _status_error(response)
+    try:
+        body = response.json()
+    except ValueError as exc:
+        raise UpstreamError("the engine answered with a body that is not JSON") from exc
+    if not isinstance(body, dict):
+        raise UpstreamError("the engine answered with JSON that is not an object")
+    return body
+
+
+def _status_error(response: httpx.Response) -> ApiError:
+    """The engine's refusal as our error: its 4xx stay the client's, the rest are upstream failures."""
+    message, param, code = f"the engine answered HTTP {response.status_code}", None, None
+    try:
+        info = json.loads(response.content).get("error")
+        if isinstance(info, dict):
+            message = str(info.get("message") or message)
+            param = info.get("param") if isinstance(info.get("param"), str) else None
+            code = str(info["code"]) if info.get("code") is not None else None
+    except (ValueError, AttributeError):
+        pass
+    status = response.status_code
+    if 400 <= status < 500 and status not in (408, 429):
+        error: ApiError = ClientError(message, param=param, code=code)
+        error.status = status
+        return error
+    if status == 429:
+        return Overloaded(message)
+    if status == 503:
+        return UpstreamUnavailable(message)
+    return UpstreamError(message)

@@ -1,0 +1,20 @@
+"""``sparkfold api --config FILE``: run the public gateway (head node)."""
+
+from __future__ import annotations
+
+import click
+
+from sparkfold.commands._options import config_option
+from sparkfold.config import Settings
+
+
+@click.command()
+@config_option
+def command(settings: Settings) -> None:
+    """Serve the OpenAI/Anthropic API on [api] host:port in front of the engine server."""
+    from sparkfold.api import GatewayRefused, serve
+
+    try:
+        serve(settings)
+    except GatewayRefused as exc:
+        raise click.ClickException(str(exc)) from None
