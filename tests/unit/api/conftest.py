@@ -6,41 +6,11 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from typing import Any
 
-import httpx
 import pytest
-
-from sparkfold.api import create_app
-from sparkfold.api.app import App
-from sparkfold.config import Settings, parse
+from tests.fakes.harness import Running, settings_for
 from tests.fakes.scripted_engine import ScriptedEngine, ServerThread
 
-
-class Running:
-    """A gateway under test: its URL, its app, and an httpx client to it."""
-
-    def __init__(self, url: str, app: App) -> None:
-        self.url = url
-        self.app = app
-        self.http = httpx.Client(base_url=url, timeout=30)
-
-    def health(self) -> dict[str, Any]:
-        return self.http.get("/health").json()
-
-
-def settings_for(engine_port: int, **api: Any) -> Settings:
-    base = {"host": "127.0.0.1", "port": 1, "keepalive_s": 15, "parallel": 4, "max_queued": 16}
-    return parse(
-        {
-            "engine": {
-                "model": "fake",
-                "served_name": "fake",
-                "port": engine_port,
-                "context": 8192,
-                "max_tokens": 256,
-            },
-            "api": {**base, **api},
-        }
-    )
+from sparkfold.api import create_app
 
 
 @pytest.fixture

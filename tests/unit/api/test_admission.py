@@ -8,10 +8,9 @@ from typing import Any
 
 import httpx
 import pytest
-
+from tests.fakes.harness import Running
 from tests.fakes.raw_client import RawClient
 from tests.fakes.scripted_engine import Script, ScriptedEngine
-from tests.unit.api.conftest import Running
 
 CHAT = {"model": "fake", "messages": [{"role": "user", "content": "x"}], "stream": True}
 

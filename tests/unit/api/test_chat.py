@@ -7,10 +7,10 @@ import json
 import httpx
 import openai
 import pytest
+from tests.fakes.harness import Running, settings_for
+from tests.fakes.scripted_engine import Script, ScriptedEngine, ServerThread, free_port
 
 from sparkfold.api import create_app
-from tests.fakes.scripted_engine import Script, ScriptedEngine, ServerThread, free_port
-from tests.unit.api.conftest import Running, settings_for
 
 WEATHER = {
     "type": "function",

@@ -6,9 +6,8 @@ import json
 from collections.abc import Callable
 
 import httpx
-
+from tests.fakes.harness import Running
 from tests.fakes.scripted_engine import Script, ScriptedEngine
-from tests.unit.api.conftest import Running
 
 CHAT = {"model": "fake", "messages": [{"role": "user", "content": "x"}], "stream": True}
 
