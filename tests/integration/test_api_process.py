@@ -1,0 +1,75 @@
+"""`sparkfold api` as a process: starts, serves, reloads its keys on SIGHUP, stops on SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from sparkfold.api.keys import hash_key
+from tests.fakes.scripted_engine import free_port
+
+
+@pytest.fixture
+def gateway_process(tmp_path: Path) -> Iterator[tuple[str, Path, subprocess.Popen[bytes]]]:
+    keys = tmp_path / "api-keys"
+    keys.write_text("first-key\n")
+    port = free_port()
+    config = tmp_path / "sparkfold.toml"
+    config.write_text(
+        f'[engine]\nmodel = "x"\nport = {free_port()}\n'
+        f'[api]\nhost = "127.0.0.1"\nport = {port}\napi_keys_file = "{keys}"\n'
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    process = subprocess.Popen(
+        [sys.executable, "-c", "from sparkfold.cli import main; main()", "api", "--config", str(config)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            httpx.get(url + "/health", timeout=1)
+            break
+        except httpx.TransportError:
+            assert process.poll() is None, process.stderr.read().decode()  # type: ignore[union-attr]
+            assert time.monotonic() < deadline, "gateway did not start"
+            time.sleep(0.05)
+    yield url, keys, process
+    if process.poll() is None:
+        process.terminate()
+        process.wait(timeout=15)
+
+
+def status(url: str, key: str) -> int:
+    return httpx.get(url + "/v1/models", headers={"authorization": f"Bearer {key}"}).status_code
+
+
+def test_keys_reload_on_sighup_and_term_stops(
+    gateway_process: tuple[str, Path, subprocess.Popen[bytes]],
+) -> None:
+    url, keys, process = gateway_process
+    assert status(url, "first-key") == 503  # past auth; the engine is not running
+    assert status(url, "second-key") == 401
+    keys.write_text(hash_key("second-key") + "\n")
+    process.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 10
+    while status(url, "second-key") == 401:
+        assert time.monotonic() < deadline, "keys were not reloaded"
+        time.sleep(0.05)
+    assert status(url, "first-key") == 401
+    process.terminate()
+    # uvicorn re-raises SIGTERM after a graceful shutdown; systemd counts that as a clean stop
+    assert process.wait(timeout=15) in (0, -signal.SIGTERM)
+    logs = process.stderr.read().decode()  # type: ignore[union-attr]
+    assert '"msg": "api keys reloaded"' in logs
+    assert "first-key" not in logs and "second-key" not in logs
