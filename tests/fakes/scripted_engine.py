@@ -111,6 +111,14 @@ class ScriptedEngine:
 
     # --- ASGI -----------------------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        try:
+            await self._handle(scope, receive, send)
+        except (ValueError, TypeError, AttributeError, KeyError) as exc:  # a request it cannot read
+            await _json(
+                send, {"error": {"message": f"scripted engine: {exc}", "type": "invalid_request_error"}}, 400
+            )
+
+    async def _handle(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
             while (await receive())["type"] != "lifespan.shutdown":
                 await send({"type": "lifespan.startup.complete"})
