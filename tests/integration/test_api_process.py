@@ -12,9 +12,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from tests.fakes.scripted_engine import free_port
 
 from sparkfold.api.keys import hash_key
-from tests.fakes.scripted_engine import free_port
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ the stream still ends with ``DONE``.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
 
@@ -35,8 +36,8 @@ class _Done:
 DONE: Final = _Done()
 ChatEvent = str | dict[str, Any] | None | _Done
 
-# A payload containing none of these is a plain delta and is passed through untouched.
-_NEEDS_PARSING = ('"reasoning_content"', '"tool_calls"', '"usage"', '"finish_reason"', '"error"')
+# A payload where none of these keys has a non-null value is a plain delta, passed through untouched.
+_NEEDS_PARSING = re.compile(r'"(?:reasoning_content|tool_calls|usage|finish_reason|error)"\s*:\s*+(?!null)')
 
 
 def as_chunk(event: str | dict[str, Any]) -> dict[str, Any]:
@@ -90,7 +91,7 @@ class ChatStream:
                 elif payload == "[DONE]":
                     done = True
                     break
-                elif not any(key in payload for key in _NEEDS_PARSING):
+                elif _NEEDS_PARSING.search(payload) is None:
                     self._token_seen()
                     yield payload
                 else:

@@ -15,10 +15,10 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis.generation import GenerationMode
-
-from sparkfold.api import create_app
 from tests.fakes.harness import settings_for
 from tests.fakes.scripted_engine import ScriptedEngine, ServerThread
+
+from sparkfold.api import create_app
 
 PER_OPERATION = 70  # x 2 modes x 11 operations, less hypothesis' early stops: well past 1,000
 MINIMUM_REQUESTS = 1000
