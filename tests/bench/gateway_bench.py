@@ -113,7 +113,8 @@ async def load(port: int, streams: int) -> dict[str, float]:
 def gateway_config(engine_port: int, port: int, directory: Path) -> Path:
     path = directory / "bench.toml"
     path.write_text(
-        f'[engine]\nmodel = "fake"\nserved_name = "fake"\nport = {engine_port}\ncontext = 8192\nmax_tokens = 256\n'
+        f'[engine]\nmodel = "fake"\nserved_name = "fake"\nport = {engine_port}\n'
+        "context = 8192\nmax_tokens = 256\n"
         f'[api]\nhost = "127.0.0.1"\nport = {port}\nparallel = 256\nmax_queued = 256\nkeepalive_s = 15\n'
     )
     return path

@@ -1,8 +1,9 @@
 """The engine's chat stream, cleaned: the one streamed chat pipeline every dialect consumes.
 
-:class:`ChatStream` reads an open engine stream and yields *chat events*:
+:class:`ChatStream` reads an open engine stream and yields lists of *chat events*, one list
+per network read (so a busy stream costs one hop per read, not per token):
 
-``str``   a chunk's JSON text, unchanged (the fast path: plain content deltas are not re-encoded)
+``bytes`` a chunk's JSON text, unchanged (the fast path: plain content deltas are not re-encoded)
 ``dict``  a chunk that was rewritten (reasoning alias, tool-call hygiene), or ``{"error": {...}}``
 ``None``  nothing arrived for ``keepalive_s``: send a keepalive
 ``DONE``  always last
@@ -25,7 +26,7 @@ from sparkfold.api.streaming import upstream_events
 from sparkfold.api.tools import Toolbox
 from sparkfold.api.upstream import EngineStream
 
-__all__ = ["DONE", "ChatEvent", "ChatStream", "as_chunk"]
+__all__ = ["DONE", "ChatEvent", "ChatStream", "as_chunk", "each_event"]
 
 
 class _Done:
@@ -34,14 +35,21 @@ class _Done:
 
 
 DONE: Final = _Done()
-ChatEvent = str | dict[str, Any] | None | _Done
+ChatEvent = bytes | dict[str, Any] | None | _Done
 
 # A payload where none of these keys has a non-null value is a plain delta, passed through untouched.
-_NEEDS_PARSING = re.compile(r'"(?:reasoning_content|tool_calls|usage|finish_reason|error)"\s*:\s*+(?!null)')
+_NEEDS_PARSING = re.compile(rb'"(?:reasoning_content|tool_calls|usage|finish_reason|error)"\s*:\s*+(?!null)')
 
 
-def as_chunk(event: str | dict[str, Any]) -> dict[str, Any]:
-    return json.loads(event) if isinstance(event, str) else event
+async def each_event(batches: AsyncIterator[list[ChatEvent]]) -> AsyncIterator[ChatEvent]:
+    """The events of ``batches`` one by one (for translators that work per event)."""
+    async for batch in batches:
+        for event in batch:
+            yield event
+
+
+def as_chunk(event: bytes | dict[str, Any]) -> dict[str, Any]:
+    return json.loads(event) if isinstance(event, bytes) else event
 
 
 class _PendingCall:
@@ -79,41 +87,47 @@ class ChatStream:
     async def aclose(self) -> None:
         await self._upstream.aclose()
 
-    def __aiter__(self) -> AsyncIterator[ChatEvent]:
-        return self._events()
+    def __aiter__(self) -> AsyncIterator[list[ChatEvent]]:
+        return self._batches()
 
-    async def _events(self) -> AsyncIterator[ChatEvent]:
+    async def _batches(self) -> AsyncIterator[list[ChatEvent]]:
         done = False
         try:
-            async for payload in upstream_events(self._upstream.lines(), self._keepalive_s):
-                if payload is None:
-                    yield None
-                elif payload == "[DONE]":
-                    done = True
+            async for payloads in upstream_events(self._upstream.chunks(), self._keepalive_s):
+                if payloads is None:
+                    yield [None]
+                    continue
+                batch: list[ChatEvent] = []
+                for payload in payloads:
+                    if payload == b"[DONE]":
+                        done = True
+                        break
+                    if _NEEDS_PARSING.search(payload) is None:
+                        self._token_seen()
+                        batch.append(payload)
+                    else:
+                        batch += self._rewrite(payload)
+                if batch:
+                    yield batch
+                if done:
                     break
-                elif _NEEDS_PARSING.search(payload) is None:
-                    self._token_seen()
-                    yield payload
-                else:
-                    for event in self._rewrite(payload):
-                        yield event
         except ApiError as exc:
             if not self.errored:
                 self.errored = True
-                yield {"error": error_body(exc)["error"]}
+                yield [{"error": error_body(exc)["error"]}]
         else:
             if not done and not self.errored:
                 self.errored = True
                 error = UpstreamError("the engine closed the stream before it finished")
-                yield {"error": error_body(error)["error"]}
-        yield DONE
+                yield [{"error": error_body(error)["error"]}]
+        yield [DONE]
 
     def _token_seen(self) -> None:
         if self._first:
             self._first = False
             self._on_first_token()
 
-    def _rewrite(self, payload: str) -> list[ChatEvent]:
+    def _rewrite(self, payload: bytes) -> list[ChatEvent]:
         try:
             chunk = json.loads(payload)
         except ValueError:

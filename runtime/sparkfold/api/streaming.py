@@ -1,10 +1,11 @@
 """Server-sent events: reading the engine's stream, and sending ours with disconnect detection.
 
-:func:`upstream_events` turns the engine's SSE lines into payload strings, inserting ``None``
-after every ``keepalive_s`` of silence (routes turn it into ``: keepalive`` or an Anthropic
-``ping``). :class:`SSEResponse` sends an :class:`EventStream` and watches the client's connection
-at the same time: when the client leaves, the stream is cancelled and closed at once (which
-closes the engine connection, so the engine stops generating), and the lane is freed.
+:func:`upstream_events` turns the engine's SSE bytes into batches of payloads (one batch per
+network read), inserting ``None`` after every ``keepalive_s`` of silence (routes turn it into
+``: keepalive`` or an Anthropic ``ping``). :class:`SSEResponse` sends an :class:`EventStream`
+and watches the client's connection at the same time: when the client leaves, the stream is
+cancelled and closed at once (which closes the engine connection, so the engine stops
+generating), and the lane is freed.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 
 from starlette.types import Receive, Scope, Send
 
-__all__ = ["KEEPALIVE_COMMENT", "EventStream", "SSEResponse", "upstream_events"]
+__all__ = ["KEEPALIVE_COMMENT", "EventStream", "SSEResponse", "split_events", "upstream_events"]
 
 log = logging.getLogger(__name__)
 
@@ -32,18 +33,43 @@ SSE_HEADERS = [
 ]
 
 
-async def upstream_events(lines: AsyncIterator[str], keepalive_s: float) -> AsyncIterator[str | None]:
-    """The ``data:`` payloads of ``lines``; ``None`` after each ``keepalive_s`` without one.
+def split_events(buffer: bytes) -> tuple[list[bytes], bytes]:
+    """The ``data`` payloads of the complete SSE events in ``buffer``, and the incomplete rest."""
+    if b"\r" in buffer:
+        buffer = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    *blocks, rest = buffer.split(b"\n\n")
+    payloads = []
+    for block in blocks:
+        if block.startswith(b"data:") and b"\n" not in block:  # the usual one-line event
+            payloads.append(block[5:].strip())
+            continue
+        data = [line[5:].strip() for line in block.split(b"\n") if line.startswith(b"data:")]
+        if data:  # comments (": keepalive") and other fields carry no payload
+            payloads.append(b"\n".join(data))
+    return payloads, rest
 
-    Errors of the upstream (timeouts, broken connections) are raised to the caller in order.
+
+async def upstream_events(
+    chunks: AsyncIterator[bytes], keepalive_s: float
+) -> AsyncIterator[list[bytes] | None]:
+    """Batches of ``data:`` payloads (all complete events of one network read), and ``None``
+    after each ``keepalive_s`` without any. Upstream errors are raised to the caller in order.
+
+    Batching keeps the per-event cost low under load: one queue hop and one send per read.
     """
     queue: asyncio.Queue[object] = asyncio.Queue(maxsize=_QUEUE_DEPTH)
 
     async def pump() -> None:
+        rest = b""
         try:
-            async for line in lines:
-                if line.startswith("data:"):
-                    await queue.put(line[5:].strip())
+            async for chunk in chunks:
+                payloads, rest = split_events(rest + chunk)
+                if payloads:
+                    await queue.put(payloads)
+            if rest.strip():
+                payloads, _ = split_events(rest + b"\n\n")
+                if payloads:
+                    await queue.put(payloads)
             await queue.put(_END)
         except Exception as exc:
             await queue.put(exc)

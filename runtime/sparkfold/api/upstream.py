@@ -36,10 +36,11 @@ class EngineStream:
     def __init__(self, response: httpx.Response) -> None:
         self._response = response
 
-    async def lines(self) -> AsyncIterator[str]:
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The body as it arrives (no line splitting here: that is the SSE reader's job)."""
         try:
-            async for line in self._response.aiter_lines():
-                yield line
+            async for chunk in self._response.aiter_raw():
+                yield chunk
         except httpx.TimeoutException as exc:
             raise UpstreamTimeout("the engine stopped sending mid-stream") from exc
         except httpx.HTTPError as exc:
@@ -65,6 +66,7 @@ class Engine:
             timeout=httpx.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S),
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
             transport=transport,
+            headers={"accept-encoding": "identity"},  # the stream is read raw, never compressed
         )
 
     def __repr__(self) -> str:

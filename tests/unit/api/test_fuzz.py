@@ -26,9 +26,8 @@ MINIMUM_REQUESTS = 1000
 
 @pytest.fixture(scope="module")
 def gateway_url() -> Iterator[str]:
-    with ServerThread(ScriptedEngine()) as engine:
-        with ServerThread(create_app(settings_for(engine.port))) as gateway:
-            yield gateway.url
+    with ServerThread(ScriptedEngine()) as engine, ServerThread(create_app(settings_for(engine.port))) as gw:
+        yield gw.url
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from sparkfold.api.anthropic.translate import anthropic_usage, stop_of
-from sparkfold.api.chat_stream import DONE, ChatEvent, as_chunk
+from sparkfold.api.chat_stream import DONE, ChatEvent, as_chunk, each_event
 from sparkfold.protocol import new_id
 
 __all__ = ["anthropic_sse"]
@@ -58,7 +58,7 @@ class _Blocks:
 
 
 async def anthropic_sse(
-    events: AsyncIterator[ChatEvent], *, model: str, stop_sequences: list[str] | None
+    batches: AsyncIterator[list[ChatEvent]], *, model: str, stop_sequences: list[str] | None
 ) -> AsyncIterator[bytes]:
     blocks = _Blocks()
     finish: dict[str, Any] = {}
@@ -79,7 +79,7 @@ async def anthropic_sse(
             },
         },
     )
-    async for item in events:
+    async for item in each_event(batches):
         if item is None:
             yield PING
             continue

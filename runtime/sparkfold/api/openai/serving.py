@@ -173,17 +173,20 @@ class ChatServing:
             self.metrics.upstream_errors.inc()
 
 
-async def openai_sse(events: AsyncIterator[ChatEvent]) -> AsyncIterator[bytes]:
-    """Chat events as OpenAI SSE bytes."""
-    async for event in events:
-        if isinstance(event, str):
-            yield b"data: " + event.encode() + b"\n\n"
-        elif isinstance(event, dict):
-            yield sse_event(event)
-        elif event is None:
-            yield KEEPALIVE_COMMENT
-        elif event is DONE:
-            yield SSE_DONE
+async def openai_sse(batches: AsyncIterator[list[ChatEvent]]) -> AsyncIterator[bytes]:
+    """Chat events as OpenAI SSE bytes, one write per batch."""
+    async for batch in batches:
+        out = []
+        for event in batch:
+            if isinstance(event, bytes):
+                out.append(b"data: " + event + b"\n\n")
+            elif isinstance(event, dict):
+                out.append(sse_event(event))
+            elif event is None:
+                out.append(KEEPALIVE_COMMENT)
+            elif event is DONE:
+                out.append(SSE_DONE)
+        yield b"".join(out)
 
 
 class CompletionServing:

@@ -12,7 +12,7 @@ import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from sparkfold.api.chat_stream import DONE, ChatEvent, as_chunk
+from sparkfold.api.chat_stream import DONE, ChatEvent, as_chunk, each_event
 from sparkfold.api.responses.translate import call_item, message_item, reasoning_item
 from sparkfold.api.streaming import KEEPALIVE_COMMENT
 from sparkfold.protocol import new_id
@@ -41,7 +41,7 @@ class _Item:
 
 
 async def responses_sse(
-    events: AsyncIterator[ChatEvent],
+    batches: AsyncIterator[list[ChatEvent]],
     *,
     skeleton: Callable[[str, list[dict[str, Any]], dict[str, Any] | None, str | None], dict[str, Any]],
     on_done: Callable[[dict[str, Any], dict[str, Any]], None],
@@ -101,7 +101,7 @@ async def responses_sse(
             )
         return out
 
-    async for event in events:
+    async for event in each_event(batches):
         if event is None:
             yield KEEPALIVE_COMMENT
             continue
