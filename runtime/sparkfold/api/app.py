@@ -101,7 +101,12 @@ class App:
 
     def __init__(self, settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
         api = settings.api
-        engine = Engine(settings.engine_url, timeout_s=api.upstream_timeout_s, transport=transport)
+        engine = Engine(
+            settings.engine_url,
+            timeout_s=api.upstream_timeout_s,
+            transport=transport,
+            concurrency=api.parallel + 4,  # the lanes, plus health, metrics and tokenizer calls
+        )
         lanes = Lanes(api.parallel, api.max_queued)
         metrics = Metrics(lanes)
         served = settings.engine.served_name

@@ -17,6 +17,7 @@ the stream still ends with ``DONE``.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
@@ -25,6 +26,8 @@ from sparkfold.api.errors import ApiError, UpstreamError, error_body
 from sparkfold.api.streaming import upstream_events
 from sparkfold.api.tools import Toolbox
 from sparkfold.api.upstream import EngineStream
+
+log = logging.getLogger(__name__)
 
 __all__ = ["DONE", "ChatEvent", "ChatStream", "as_chunk", "each_event"]
 
@@ -115,6 +118,10 @@ class ChatStream:
             if not self.errored:
                 self.errored = True
                 yield [{"error": error_body(exc)["error"]}]
+        except Exception:
+            log.exception("stream relay failed")
+            self.errored = True
+            yield [{"error": error_body(UpstreamError("the gateway failed relaying the stream"))["error"]}]
         else:
             if not done and not self.errored:
                 self.errored = True

@@ -6,6 +6,11 @@ client's mistake), anything else becomes an :class:`~sparkfold.api.errors.Upstre
 :meth:`Engine.open_stream` opens a streamed request and checks its status *before* the gateway
 starts its own response, so a refusal is still a plain JSON error; the caller must
 :meth:`EngineStream.aclose` it (closing the connection is how the engine learns the client left).
+
+Connections are spread over several small pools, one ``httpx.AsyncClient`` each, and a request
+goes to the pool with the fewest requests in flight: httpcore's pool looks at every one of its
+connections on each request, so one pool of 64 busy connections makes each new request cost 64
+socket checks; pools of :data:`CONNECTIONS_PER_POOL` keep that constant.
 """
 
 from __future__ import annotations
@@ -28,13 +33,23 @@ from sparkfold.api.errors import (
 __all__ = ["Engine", "EngineStream"]
 
 CONNECT_TIMEOUT_S = 5.0
+CONNECTIONS_PER_POOL = 4
+
+
+class _Pool:
+    __slots__ = ("client", "in_flight")
+
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self.client = client
+        self.in_flight = 0
 
 
 class EngineStream:
     """An open streamed response from the engine."""
 
-    def __init__(self, response: httpx.Response) -> None:
+    def __init__(self, response: httpx.Response, pool: _Pool) -> None:
         self._response = response
+        self._pool: _Pool | None = pool
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """The body as it arrives (no line splitting here: that is the SSE reader's job)."""
@@ -43,10 +58,13 @@ class EngineStream:
                 yield chunk
         except httpx.TimeoutException as exc:
             raise UpstreamTimeout("the engine stopped sending mid-stream") from exc
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpx.StreamError) as exc:
             raise UpstreamError(f"the engine's stream broke off: {type(exc).__name__}") from exc
 
     async def aclose(self) -> None:
+        if self._pool is not None:
+            self._pool.in_flight -= 1
+            self._pool = None
         await self._response.aclose()
 
 
@@ -59,21 +77,33 @@ class Engine:
         *,
         timeout_s: float,
         transport: httpx.AsyncBaseTransport | None = None,
+        concurrency: int = CONNECTIONS_PER_POOL,
     ) -> None:
         self.base_url = base_url
-        self._client = httpx.AsyncClient(
-            base_url=base_url,
-            timeout=httpx.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
-            transport=transport,
-            headers={"accept-encoding": "identity"},  # the stream is read raw, never compressed
-        )
+        tls = httpx.create_ssl_context()  # one for all pools: building one reads the CA bundle (slow)
+        self._pools = [
+            _Pool(
+                httpx.AsyncClient(
+                    base_url=base_url,
+                    timeout=httpx.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S),
+                    limits=httpx.Limits(max_connections=None, max_keepalive_connections=CONNECTIONS_PER_POOL),
+                    transport=transport,
+                    verify=tls,
+                    headers={"accept-encoding": "identity"},  # the stream is read raw, never compressed
+                )
+            )
+            for _ in range(max(1, -(-concurrency // CONNECTIONS_PER_POOL)))
+        ]
 
     def __repr__(self) -> str:
         return f"Engine({self.base_url!r})"
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        for pool in self._pools:
+            await pool.client.aclose()
+
+    def _pool(self) -> _Pool:
+        return min(self._pools, key=lambda pool: pool.in_flight)
 
     async def get_json(self, path: str, *, timeout_s: float | None = None) -> dict[str, Any]:
         response = await self._send("GET", path, None, timeout_s=timeout_s)
@@ -89,9 +119,10 @@ class Engine:
         return _decode(await self._send("POST", path, body))
 
     async def open_stream(self, path: str, body: dict[str, Any]) -> EngineStream:
-        request = self._client.build_request("POST", path, json=body)
+        pool = self._pool()
+        request = pool.client.build_request("POST", path, json=body)
         try:
-            response = await self._client.send(request, stream=True)
+            response = await pool.client.send(request, stream=True)
         except httpx.TimeoutException as exc:
             raise UpstreamTimeout(f"the engine did not answer {path} in time") from exc
         except httpx.HTTPError as exc:
@@ -104,18 +135,23 @@ class Engine:
             finally:
                 await response.aclose()
             raise _status_error(response)
-        return EngineStream(response)
+        pool.in_flight += 1
+        return EngineStream(response, pool)
 
     async def _send(
         self, method: str, path: str, body: dict[str, Any] | None, *, timeout_s: float | None = None
     ) -> httpx.Response:
         extra: dict[str, Any] = {} if timeout_s is None else {"timeout": timeout_s}
+        pool = self._pool()
+        pool.in_flight += 1
         try:
-            return await self._client.request(method, path, json=body, **extra)
+            return await pool.client.request(method, path, json=body, **extra)
         except httpx.TimeoutException as exc:
             raise UpstreamTimeout(f"the engine did not answer {path} in time") from exc
         except httpx.HTTPError as exc:
             raise UpstreamUnavailable(f"cannot reach the engine at {self.base_url}: {exc}") from exc
+        finally:
+            pool.in_flight -= 1
 
 
 def _decode(response: httpx.Response) -> dict[str, Any]:
