@@ -177,4 +177,5 @@ async def responses_sse(
     status = "incomplete" if finish == "length" else "completed"
     done = skeleton(status, output, usage, finish)
     on_done(done, reply)
-    yield emit("response.incomplete" if status == "incomplete" else "response.completed", {"response": done})
+    # always response.completed (as TensorFold does): SDKs wait for it; the status says "incomplete"
+    yield emit("response.completed", {"response": done})
