@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Callable
 from typing import Any, Final
 
 from sparkfold.api.errors import ApiError, UpstreamError, error_body
@@ -44,7 +44,7 @@ ChatEvent = bytes | dict[str, Any] | None | _Done
 _NEEDS_PARSING = re.compile(rb'"(?:reasoning_content|tool_calls|usage|finish_reason|error)"\s*:\s*+(?!null)')
 
 
-async def each_event(batches: AsyncIterator[list[ChatEvent]]) -> AsyncIterator[ChatEvent]:
+async def each_event(batches: AsyncIterable[list[ChatEvent]]) -> AsyncIterator[ChatEvent]:
     """The events of ``batches`` one by one (for translators that work per event)."""
     async for batch in batches:
         for event in batch:
@@ -90,7 +90,7 @@ class ChatStream:
     async def aclose(self) -> None:
         await self._upstream.aclose()
 
-    def __aiter__(self) -> AsyncIterator[list[ChatEvent]]:
+    def __aiter__(self) -> AsyncIterator[list[ChatEvent]]:  # an AsyncIterable of batches
         return self._batches()
 
     async def _batches(self) -> AsyncIterator[list[ChatEvent]]:
@@ -184,7 +184,7 @@ class ChatStream:
                 self._pending[index] = _PendingCall()
             call = self._pending[index]
             call.id = item.get("id") or call.id
-            function = item.get("function") if isinstance(item.get("function"), dict) else {}
+            function: dict[str, Any] = item["function"] if isinstance(item.get("function"), dict) else {}
             call.name = function.get("name") or call.name
             if isinstance(function.get("arguments"), str):
                 call.arguments += function["arguments"]
@@ -195,12 +195,14 @@ class ChatStream:
         out: list[ChatEvent] = []
         for index in ready:
             call = self._pending.pop(index)
-            raw = {
+            raw: dict[str, Any] = {
                 "id": call.id or f"call_{index}",
                 "function": {"name": call.name, "arguments": call.arguments},
             }
             kept, text = self._toolbox.clean_calls([raw])
-            skeleton = {key: chunk[key] for key in ("id", "object", "created", "model") if key in chunk}
+            skeleton: dict[str, Any] = {
+                key: chunk[key] for key in ("id", "object", "created", "model") if key in chunk
+            }
             if kept:
                 tool_delta = {"index": self._calls_sent, **kept[0]}
                 self._calls_sent += 1

@@ -80,7 +80,7 @@ class Toolbox:
         for tool in tools or []:
             if not isinstance(tool, dict):
                 continue
-            function = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+            function: dict[str, Any] = tool["function"] if isinstance(tool.get("function"), dict) else tool
             name = function.get("name")
             if isinstance(name, str):
                 self.schemas[name] = function.get("parameters")
@@ -93,19 +93,24 @@ class Toolbox:
 
     def typed_arguments(self, name: str, arguments: Any) -> str:
         """``arguments`` (JSON text) coerced to the schema of ``name``; unchanged if not a JSON object."""
-        if not isinstance(arguments, str):
-            arguments = json.dumps(arguments) if arguments is not None else "{}"
+        text: str = (
+            arguments
+            if isinstance(arguments, str)
+            else json.dumps(arguments)
+            if arguments is not None
+            else "{}"
+        )
         try:
-            parsed = json.loads(arguments) if arguments.strip() else {}
+            parsed = json.loads(text) if text.strip() else {}
         except ValueError:
-            return arguments
+            return text
         if not isinstance(parsed, dict):
-            return arguments
+            return text
         schema = self.schemas.get(name)
         if not isinstance(schema, dict):
-            return arguments
+            return text
         coerced = _coerce(parsed, {**schema, "type": "object"})
-        return arguments if coerced == parsed else json.dumps(coerced, ensure_ascii=False)
+        return text if coerced == parsed else json.dumps(coerced, ensure_ascii=False)
 
     @staticmethod
     def as_text(name: Any, arguments: Any) -> str:
@@ -128,7 +133,7 @@ class Toolbox:
             if not isinstance(function, dict):
                 continue
             name, arguments = function.get("name"), function.get("arguments", "{}")
-            if self.offers(name):
+            if isinstance(name, str) and self.offers(name):
                 kept.append(
                     {
                         **call,

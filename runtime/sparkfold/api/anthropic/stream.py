@@ -9,7 +9,7 @@ engine error after the stream opened becomes an ``error`` event, which ends the 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
 from sparkfold.api.anthropic.translate import anthropic_usage, stop_of
@@ -58,7 +58,7 @@ class _Blocks:
 
 
 async def anthropic_sse(
-    batches: AsyncIterator[list[ChatEvent]], *, model: str, stop_sequences: list[str] | None
+    batches: AsyncIterable[list[ChatEvent]], *, model: str, stop_sequences: list[str] | None
 ) -> AsyncIterator[bytes]:
     blocks = _Blocks()
     finish: dict[str, Any] = {}

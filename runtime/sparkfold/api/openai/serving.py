@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
 from pydantic import BaseModel
@@ -173,7 +173,7 @@ class ChatServing:
             self.metrics.upstream_errors.inc()
 
 
-async def openai_sse(batches: AsyncIterator[list[ChatEvent]]) -> AsyncIterator[bytes]:
+async def openai_sse(batches: AsyncIterable[list[ChatEvent]]) -> AsyncIterator[bytes]:
     """Chat events as OpenAI SSE bytes, one write per batch."""
     async for batch in batches:
         out = []
@@ -213,10 +213,10 @@ class CompletionServing:
                 self.metrics.count_usage(result.get("usage"))
                 return result
             upstream = await self.engine.open_stream("/v1/completions", body)
-        except ApiError as error:
-            if not isinstance(error, ClientError):
+        except ApiError as failure:
+            if not isinstance(failure, ClientError):
                 self.metrics.upstream_errors.inc()
-            return error
+            return failure
         stream = ChatStream(
             upstream,
             keepalive_s=self.keepalive_s,

@@ -9,7 +9,7 @@ becomes ``response.failed``. The finished response is handed to ``on_done`` (the
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Callable
 from typing import Any
 
 from sparkfold.api.chat_stream import DONE, ChatEvent, as_chunk, each_event
@@ -41,7 +41,7 @@ class _Item:
 
 
 async def responses_sse(
-    batches: AsyncIterator[list[ChatEvent]],
+    batches: AsyncIterable[list[ChatEvent]],
     *,
     skeleton: Callable[[str, list[dict[str, Any]], dict[str, Any] | None, str | None], dict[str, Any]],
     on_done: Callable[[dict[str, Any], dict[str, Any]], None],
