@@ -128,7 +128,7 @@ class App:
             ),
             utility=UtilityServing(engine=engine, served_name=served),
             messages=MessagesServing(chat=chat, engine=engine),
-            responses=ResponsesServing(chat=chat, store=ResponseStore()),
+            responses=ResponsesServing(chat=chat, store=ResponseStore(api.max_stored_responses)),
             health=HealthServing(engine=engine, lanes=lanes, metrics=metrics),
         )
 
