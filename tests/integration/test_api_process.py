@@ -73,3 +73,41 @@ def test_keys_reload_on_sighup_and_term_stops(
     logs = process.stderr.read().decode()  # type: ignore[union-attr]
     assert '"msg": "api keys reloaded"' in logs
     assert "first-key" not in logs and "second-key" not in logs
+
+
+def test_service_manager_hears_ready_reloading_and_stopping(tmp_path: Path) -> None:
+    port = free_port()
+    config = tmp_path / "sparkfold.toml"
+    config.write_text(
+        f'[engine]\nmodel = "x"\nport = {free_port()}\n[api]\nhost = "127.0.0.1"\nport = {port}\n'
+    )
+    states = tmp_path / "states"
+    script = (
+        "import sys; from sparkfold.api.server import serve; from sparkfold.config import load\n"
+        "def note(*s):\n    open(sys.argv[2], 'a').write(' '.join(s) + '\\n')\n"
+        "serve(load(sys.argv[1]), notify=note)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    process = subprocess.Popen(
+        [sys.executable, "-c", script, str(config), str(states)], env=env, stderr=subprocess.DEVNULL
+    )
+    try:
+
+        def wait_for(text: str) -> None:
+            deadline = time.monotonic() + 30
+            while not (states.exists() and text in states.read_text()):
+                assert process.poll() is None and time.monotonic() < deadline, f"never notified {text}"
+                time.sleep(0.05)
+
+        wait_for("READY=1 STATUS=serving on 127.0.0.1")
+        assert httpx.get(f"http://127.0.0.1:{port}/health").status_code == 503  # up; no engine
+        process.send_signal(signal.SIGHUP)
+        wait_for("RELOADING=1 MONOTONIC_USEC=")
+        process.terminate()
+        process.wait(timeout=15)
+        lines = states.read_text().splitlines()
+        assert [line.split()[0] for line in lines] == ["READY=1", "RELOADING=1", "READY=1", "STOPPING=1"]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)

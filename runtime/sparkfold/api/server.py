@@ -1,4 +1,9 @@
-"""Run the gateway: refuse unsafe starts, log JSON lines, serve with uvicorn, reload keys on SIGHUP."""
+"""Run the gateway: refuse unsafe starts, log JSON lines, serve with uvicorn, reload keys on SIGHUP.
+
+Service-manager states go through ``notify`` (the caller passes sd_notify; ``api/`` never imports
+``node/``): ``READY=1`` once the socket is bound, ``RELOADING=1`` then ``READY=1`` around a key
+reload, ``STOPPING=1`` at shutdown.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,8 @@ import json
 import logging
 import signal
 import sys
+import time
+from collections.abc import Callable
 from typing import Any
 
 import uvicorn
@@ -15,7 +22,9 @@ from sparkfold.api.app import create_app
 from sparkfold.api.keys import KeyFileError, KeyStore
 from sparkfold.config import Settings
 
-__all__ = ["GatewayRefused", "JsonFormatter", "check_keys", "serve"]
+__all__ = ["GatewayRefused", "JsonFormatter", "Notify", "check_keys", "serve"]
+
+Notify = Callable[..., object]  # notify("READY=1", "STATUS=...")
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +76,24 @@ def _configure_logging() -> None:
     root.setLevel(logging.INFO)
 
 
-def serve(settings: Settings) -> None:
+class _Server(uvicorn.Server):
+    """uvicorn's server, telling the service manager when it is ready and when it stops."""
+
+    def __init__(self, config: uvicorn.Config, notify: Notify) -> None:
+        super().__init__(config)
+        self.notify = notify
+
+    async def startup(self, sockets: Any = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            self.notify("READY=1", f"STATUS=serving on {self.config.host}:{self.config.port}")
+
+    async def shutdown(self, sockets: Any = None) -> None:
+        self.notify("STOPPING=1")
+        await super().shutdown(sockets)
+
+
+def serve(settings: Settings, *, notify: Notify = lambda *states: None) -> None:
     """Serve until SIGINT/SIGTERM. Raises GatewayRefused before binding when it must not start."""
     check_keys(settings)
     _configure_logging()
@@ -80,15 +106,17 @@ def serve(settings: Settings) -> None:
         access_log=False,
         timeout_graceful_shutdown=5,
     )
-    server = uvicorn.Server(config)
+    server = _Server(config, notify)
 
     def reload_keys() -> None:
+        notify("RELOADING=1", f"MONOTONIC_USEC={time.monotonic_ns() // 1000}")
         try:
             count = app.gateway.keys.reload()
         except KeyFileError as exc:
             log.error("api keys not reloaded; the old ones stay in force", extra={"error": str(exc)})
         else:
             log.info("api keys reloaded", extra={"keys": count})
+        notify("READY=1")
 
     async def main() -> None:
         asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload_keys)

@@ -8,6 +8,15 @@ from sparkfold.commands._options import config_option
 from sparkfold.config import Settings
 
 
+def _notifier() -> object:
+    """sd_notify from node/ when this tree has it (READY, RELOADING, STOPPING for Type=notify)."""
+    try:
+        from sparkfold.node.notify import notify
+    except ImportError:
+        return lambda *states: None
+    return notify
+
+
 @click.command()
 @config_option
 def command(settings: Settings) -> None:
@@ -15,6 +24,6 @@ def command(settings: Settings) -> None:
     from sparkfold.api import GatewayRefused, serve
 
     try:
-        serve(settings)
+        serve(settings, notify=_notifier())  # type: ignore[arg-type]
     except GatewayRefused as exc:
         raise click.ClickException(str(exc)) from None
