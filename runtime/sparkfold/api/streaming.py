@@ -81,7 +81,10 @@ async def upstream_events(
                 item = queue.get_nowait()
             except asyncio.QueueEmpty:
                 try:
-                    item = await asyncio.wait_for(queue.get(), keepalive_s)
+                    # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation
+                    # that races with the item's arrival, and a cancelled stream would hang on
+                    async with asyncio.timeout(keepalive_s):
+                        item = await queue.get()
                 except TimeoutError:
                     yield None
                     continue
