@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 KEEPALIVE_COMMENT = b": keepalive\n\n"
 _END = object()
 _QUEUE_DEPTH = 256
+CANCEL_GRACE_S = 1.0
 
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
@@ -116,24 +117,30 @@ class SSEResponse:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         gone = False
+        tasks: list[asyncio.Task[None]] = []
         try:
             await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
             sender = asyncio.create_task(self._send_all(send))
             watcher = asyncio.create_task(_wait_disconnect(receive))
-            done, _ = await asyncio.wait({sender, watcher}, return_when=asyncio.FIRST_COMPLETED)
-            if watcher in done and sender not in done:
-                gone = True
-                sender.cancel()
-            else:
-                watcher.cancel()
-            results = await asyncio.gather(sender, watcher, return_exceptions=True)
-            if isinstance(results[0], OSError):
-                gone = True  # the send failed: the client is gone
-            elif isinstance(results[0], Exception):
-                log.error("stream failed", exc_info=results[0])
+            tasks = [sender, watcher]
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            if not sender.done():
+                gone = True  # the watcher saw the client leave
+            elif not sender.cancelled() and sender.exception() is not None:
+                failure = sender.exception()
+                gone = isinstance(failure, OSError)  # a failed send: the client is gone
+                if not gone:
+                    log.error("stream failed", exc_info=failure)
         except OSError:
             gone = True
         finally:
+            for task in tasks:
+                task.cancel()
+            if tasks:  # a bounded moment to unwind; the upstream is closed below in any case
+                done, _ = await asyncio.wait(tasks, timeout=CANCEL_GRACE_S)
+                for task in done:
+                    if not task.cancelled():
+                        task.exception()  # retrieved: never "exception was never retrieved"
             with contextlib.suppress(Exception):
                 await self.stream.events.aclose()  # type: ignore[attr-defined]
             await self.stream.close()
