@@ -16,6 +16,8 @@ the stream still ends with ``DONE``.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import re
@@ -39,6 +41,8 @@ class _Done:
 
 DONE: Final = _Done()
 ChatEvent = bytes | dict[str, Any] | None | _Done
+
+DRAIN_S = 0.5  # the longest wait for the engine to end its body after [DONE]
 
 # A payload where none of these keys has a non-null value is a plain delta, passed through untouched.
 _NEEDS_PARSING = re.compile(rb'"(?:reasoning_content|tool_calls|usage|finish_reason|error)"\s*:\s*+(?!null)')
@@ -95,8 +99,9 @@ class ChatStream:
 
     async def _batches(self) -> AsyncIterator[list[ChatEvent]]:
         done = False
+        events = upstream_events(self._upstream.chunks(), self._keepalive_s)
         try:
-            async for payloads in upstream_events(self._upstream.chunks(), self._keepalive_s):
+            async for payloads in events:
                 if payloads is None:
                     yield [None]
                     continue
@@ -110,10 +115,11 @@ class ChatStream:
                         batch.append(payload)
                     else:
                         batch += self._rewrite(payload)
+                if done:
+                    yield [*batch, DONE]
+                    break
                 if batch:
                     yield batch
-                if done:
-                    break
         except ApiError as exc:
             if not self.errored:
                 self.errored = True
@@ -127,7 +133,15 @@ class ChatStream:
                 self.errored = True
                 error = UpstreamError("the engine closed the stream before it finished")
                 yield [{"error": error_body(error)["error"]}]
-        yield [DONE]
+        if not done:
+            yield [DONE]
+            return
+        # Read the engine's body to its end (normally at once): a fully read response lets its
+        # connection go back to the pool instead of being closed, saving a connect per request.
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(DRAIN_S):
+                async for _ in events:
+                    pass
 
     def _token_seen(self) -> None:
         if self._first:
