@@ -24,6 +24,7 @@ import httpx
 from sparkfold.api.errors import (
     ApiError,
     ClientError,
+    InvalidRequest,
     Overloaded,
     UpstreamError,
     UpstreamTimeout,
@@ -155,7 +156,9 @@ class Engine:
         pool = self._pool()
         pool.in_flight += 1
         try:
-            return await pool.client.request(method, path, json=body, **extra)
+            content = None if body is None else _json(body)
+            headers = None if body is None else {"content-type": "application/json"}
+            return await pool.client.request(method, path, content=content, headers=headers, **extra)
         except httpx.TimeoutException as exc:
             raise UpstreamTimeout(f"the engine did not answer {path} in time") from exc
         except httpx.HTTPError as exc:
@@ -172,7 +175,11 @@ _STREAM_HEADERS = {
 
 
 def _json(body: dict[str, Any]) -> bytes:
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+    """Strict JSON: NaN and Infinity (which Python's parser lets in) are the client's mistake."""
+    try:
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+    except ValueError:
+        raise InvalidRequest("the request holds NaN or Infinity, which JSON does not allow") from None
 
 
 def _decode(response: httpx.Response) -> dict[str, Any]:

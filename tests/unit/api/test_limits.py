@@ -107,7 +107,16 @@ def test_anthropic_routes_answer_in_anthropic_shape(gateway: Running) -> None:
 
 @pytest.mark.parametrize(
     "raw",
-    [b"{not json", b"[]", b'"text"', b"null", b"[" * 100_000 + b"]" * 100_000, b"\xff\xfe"],
+    [
+        b"{not json",
+        b"[]",
+        b'"text"',
+        b"null",
+        b'{"messages": [{"role": "user", "content": "x"}], "temperature": NaN}',
+        b'{"messages": [{"role": "user", "content": "x"}], "tools": [{"function": {"x": Infinity}}]}',
+        b"[" * 100_000 + b"]" * 100_000,
+        b"\xff\xfe",
+    ],
 )
 def test_malformed_bodies_are_400(gateway: Running, raw: bytes) -> None:
     response = gateway.http.post(
