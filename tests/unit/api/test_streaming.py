@@ -85,3 +85,21 @@ def test_anthropic_stream_pings_on_silence(
             if line == "event: ping":
                 break
     fake.wait_for(lambda: fake.cancelled == 1)
+
+
+def test_slow_upstream_interleaves_keepalives_and_loses_nothing(
+    start_gateway: Callable[..., Running], fake: ScriptedEngine
+) -> None:
+    gateway = start_gateway(keepalive_s=0.02)
+    fake.queue(Script(content=["s", "l", "o", "w"], pace_s=0.1))
+    with gateway.http.stream("POST", "/v1/chat/completions", json=CHAT) as response:
+        lines = [line for line in response.iter_lines() if line]
+    content = "".join(
+        json.loads(line.removeprefix("data:"))["choices"][0]["delta"].get("content", "")
+        for line in lines
+        if line.startswith("data:") and line != "data: [DONE]" and '"choices"' in line
+    )
+    assert content == "slow"
+    first_token = next(i for i, line in enumerate(lines) if '"s"' in line)
+    assert ": keepalive" in lines[first_token:]  # silences between tokens were filled
+    assert lines[-1] == "data: [DONE]"
