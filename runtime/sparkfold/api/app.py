@@ -39,9 +39,11 @@ from sparkfold.config import Settings
 __all__ = ["GENERATING_PATHS", "OPEN_PATHS", "App", "build_stack", "create_app"]
 
 # Routes that make the engine generate: they take a lane.
-GENERATING_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages"})
+GENERATING_PATHS = frozenset(
+    {"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages", "/messages"}
+)
 # Routes answered without an API key.
-OPEN_PATHS = frozenset({"/health", "/docs", "/docs/oauth2-redirect", "/openapi.json"})
+OPEN_PATHS = frozenset({"/health", "/v1/health", "/docs", "/docs/oauth2-redirect", "/openapi.json"})
 
 
 def build_stack(app: ASGIApp, gateway: Gateway, settings: Settings) -> ASGIApp:

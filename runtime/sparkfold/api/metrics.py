@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from sparkfold.api.lanes import Lanes
 
-__all__ = ["ROUTES", "Metrics", "route_label"]
+__all__ = ["ALIASES", "ROUTES", "Metrics", "route_label"]
 
 # Known routes are labels as they are; anything else is "other" (unbounded paths, unbounded series).
 ROUTES = frozenset(
@@ -31,7 +31,20 @@ _LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 _TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 
+# TensorFold's alternative paths count under the canonical route.
+ALIASES = {
+    "/models": "/v1/models",
+    "/v1/health": "/health",
+    "/v1/metrics": "/metrics",
+    "/v1/tokenize": "/tokenize",
+    "/v1/detokenize": "/detokenize",
+    "/messages": "/v1/messages",
+    "/messages/count_tokens": "/v1/messages/count_tokens",
+}
+
+
 def route_label(path: str) -> str:
+    path = ALIASES.get(path, path)
     if path in ROUTES:
         return path
     if path.startswith("/v1/responses/"):

@@ -54,3 +54,13 @@ def test_health_reports_the_peer_rank_and_lanes(paired: tuple[ScriptedEngine, st
     fake.peer = {"rank": 1, "state": "lost", "last_seen_s": 130}
     lost = httpx.get(url + "/health")
     assert lost.status_code == 503 and lost.json()["peer"]["state"] == "lost"
+
+
+def test_tensorfold_aliases_answer_like_their_routes(gateway: Running) -> None:
+    assert gateway.http.get("/v1/health").json()["lanes"]["total"] == 4
+    assert gateway.http.get("/models").json()["data"][0]["id"] == "fake"
+    assert gateway.http.post("/v1/tokenize", json={"prompt": "a b c"}).json()["count"] == 3
+    body = {"model": "fake", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}
+    assert gateway.http.post("/messages", json=body).json()["type"] == "message"
+    assert gateway.http.post("/messages", json={}).json()["type"] == "error"  # Anthropic's error shape
+    assert 'route="/v1/messages"' in gateway.http.get("/v1/metrics").text

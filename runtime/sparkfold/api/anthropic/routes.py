@@ -14,11 +14,13 @@ router = APIRouter()
 
 
 @router.post("/v1/messages", response_model=None, responses=ERROR_RESPONSES, tags=["anthropic"])
+@router.post("/messages", include_in_schema=False)  # TensorFold's alias
 async def messages(body: MessagesRequest, request: Request) -> Response:
     call = CallContext.of_scope(dict(request.scope), request.url.path)
     return respond(await gateway(request).messages.create(body, call), request.url.path)
 
 
+@router.post("/messages/count_tokens", include_in_schema=False)
 @router.post(
     "/v1/messages/count_tokens",
     response_model=CountTokensResponse,

@@ -26,6 +26,7 @@ def _call(request: Request) -> CallContext:
 
 
 @router.get("/v1/models", response_model=ModelList, responses=ERROR_RESPONSES, tags=["openai"])
+@router.get("/models", include_in_schema=False)  # TensorFold's alias
 async def list_models(request: Request) -> Response:
     return respond(await gateway(request).utility.models(), request.url.path)
 
@@ -41,10 +42,12 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
 
 
 @router.post("/tokenize", response_model=TokenizeResponse, responses=ERROR_RESPONSES, tags=["tokenizer"])
+@router.post("/v1/tokenize", include_in_schema=False)
 async def tokenize(body: TokenizeRequest, request: Request) -> Response:
     return respond(await gateway(request).utility.tokenize(body, _call(request)), request.url.path)
 
 
 @router.post("/detokenize", response_model=DetokenizeResponse, responses=ERROR_RESPONSES, tags=["tokenizer"])
+@router.post("/v1/detokenize", include_in_schema=False)
 async def detokenize(body: DetokenizeRequest, request: Request) -> Response:
     return respond(await gateway(request).utility.detokenize(body, _call(request)), request.url.path)
