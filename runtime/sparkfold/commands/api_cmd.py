@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING
+
 import click
 
 from sparkfold.commands._options import config_option
 from sparkfold.config import Settings
 
+if TYPE_CHECKING:
+    from sparkfold.api.server import Notify
 
-def _notifier() -> object:
+
+def _notifier() -> Notify:
     """sd_notify from node/ when this tree has it (READY, RELOADING, STOPPING for Type=notify)."""
     try:
-        from sparkfold.node.notify import notify
-    except ImportError:
+        notify: Notify = importlib.import_module("sparkfold.node.notify").notify
+    except (ImportError, AttributeError):
         return lambda *states: None
     return notify
 
@@ -24,6 +30,6 @@ def command(settings: Settings) -> None:
     from sparkfold.api import GatewayRefused, serve
 
     try:
-        serve(settings, notify=_notifier())  # type: ignore[arg-type]
+        serve(settings, notify=_notifier())
     except GatewayRefused as exc:
         raise click.ClickException(str(exc)) from None
