@@ -93,9 +93,17 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def on_recursion(request: Request, exc: Exception) -> Response:
         return error_response(InvalidRequest("the JSON body nests too deeply"), request.url.path)
 
+    async def on_bug(request: Request, exc: Exception) -> Response:
+        # starlette's ServerErrorMiddleware calls this for anything unhandled (then re-raises it,
+        # so ServerErrors logs the traceback): the client still gets JSON in its dialect
+        request_id = request.scope.get("state", {}).get("request_id")
+        error = ApiError(f"internal error (request id {request_id}); the gateway log has the details")
+        return error_response(error, request.url.path)
+
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(HTTPException, on_http)
     app.add_exception_handler(RecursionError, on_recursion)
+    app.add_exception_handler(Exception, on_bug)
 
 
 class App:

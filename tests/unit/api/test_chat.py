@@ -173,3 +173,18 @@ def test_unknown_fields_are_dropped_and_not_sent_upstream(gateway: Running, fake
     body = {"model": "fake", "messages": [{"role": "user", "content": "x"}], "frobnicate": 1}
     assert gateway.http.post("/v1/chat/completions", json=body).status_code == 200
     assert "frobnicate" not in fake.requests[-1]
+
+
+def test_a_gateway_bug_is_a_json_500_with_the_request_id(
+    gateway: Running, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: object) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(gateway.app.gateway.chat, "prepare", broken)
+    response = gateway.http.post(
+        "/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}]}
+    )
+    assert response.status_code == 500
+    assert response.headers["x-request-id"] in response.json()["error"]["message"]
+    assert gateway.http.get("/health").status_code == 200  # still serving
