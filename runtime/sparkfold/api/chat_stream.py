@@ -56,7 +56,16 @@ async def each_event(batches: AsyncIterable[list[ChatEvent]]) -> AsyncIterator[C
 
 
 def as_chunk(event: bytes | dict[str, Any]) -> dict[str, Any]:
-    return json.loads(event) if isinstance(event, bytes) else event
+    """A chat event as a chunk dict; a payload that is not a JSON object becomes an error chunk."""
+    if isinstance(event, dict):
+        return event
+    try:
+        chunk = json.loads(event)
+    except ValueError:
+        chunk = None
+    if isinstance(chunk, dict):
+        return chunk
+    return {"error": error_body(UpstreamError("the engine sent a chunk that is not a JSON object"))["error"]}
 
 
 class _PendingCall:

@@ -132,3 +132,19 @@ def test_refused_fields_and_blocks(gateway: Running) -> None:
             messages=[{"role": "user", "content": "x"}],
             extra_body={"mcp_servers": [{"url": "x"}]},
         )
+
+
+def test_garbage_from_the_engine_is_an_error_event_not_a_crash() -> None:
+    import asyncio
+
+    from sparkfold.api.anthropic.stream import anthropic_sse
+    from sparkfold.api.chat_stream import DONE
+
+    async def batches():  # type: ignore[no-untyped-def]
+        yield [b"[1, 2]", b"not json", DONE]
+
+    async def collect() -> list[bytes]:
+        return [event async for event in anthropic_sse(batches(), model="m", stop_sequences=None)]
+
+    events = asyncio.run(collect())
+    assert events[-1].startswith(b"event: error") and b"not a JSON object" in events[-1]
