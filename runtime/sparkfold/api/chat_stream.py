@@ -31,7 +31,7 @@ from sparkfold.api.upstream import EngineStream
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DONE", "ChatEvent", "ChatStream", "as_chunk", "each_event"]
+__all__ = ["DONE", "ChatEvent", "ChatStream", "as_chunk", "choices_of", "each_event", "is_text"]
 
 
 class _Done:
@@ -53,6 +53,22 @@ async def each_event(batches: AsyncIterable[list[ChatEvent]]) -> AsyncIterator[C
     async for batch in batches:
         for event in batch:
             yield event
+
+
+def choices_of(chunk: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """``(choice, delta)`` pairs of a chunk, skipping anything that is not shaped like one."""
+    choices = chunk.get("choices")
+    pairs = []
+    for choice in choices if isinstance(choices, list) else []:
+        if isinstance(choice, dict):
+            delta = choice.get("delta")
+            pairs.append((choice, delta if isinstance(delta, dict) else {}))
+    return pairs
+
+
+def is_text(value: object) -> bool:
+    """A non-empty text delta (anything else from the engine is not text and is skipped)."""
+    return isinstance(value, str) and value != ""
 
 
 def as_chunk(event: bytes | dict[str, Any]) -> dict[str, Any]:

@@ -148,3 +148,38 @@ def test_garbage_from_the_engine_is_an_error_event_not_a_crash() -> None:
 
     events = asyncio.run(collect())
     assert events[-1].startswith(b"event: error") and b"not a JSON object" in events[-1]
+
+
+def test_misshapen_chunks_are_skipped_in_both_translations() -> None:
+    import asyncio
+
+    from sparkfold.api.anthropic.stream import anthropic_sse
+    from sparkfold.api.chat_stream import DONE
+    from sparkfold.api.responses.protocol import ResponsesRequest
+    from sparkfold.api.responses.stream import responses_sse
+    from sparkfold.api.responses.translate import response_object
+
+    odd = [
+        b'{"choices": [1, {"delta": "x"}, {"delta": {"content": 5, "reasoning_content": []}}]}',
+        b'{"choices": "no"}',
+    ]
+
+    async def batches():  # type: ignore[no-untyped-def]
+        yield [*odd, {"choices": [{"delta": {"content": "ok"}, "finish_reason": "stop"}]}, DONE]
+
+    def skeleton(status, output, usage, finish):  # type: ignore[no-untyped-def]
+        request = ResponsesRequest(input="x")
+        return response_object(request, response_id="r", model="m", output=output, usage=usage, status=status)
+
+    async def collect() -> tuple[list[bytes], list[bytes]]:
+        a = [e async for e in anthropic_sse(batches(), model="m", stop_sequences=None)]
+        r = [e async for e in responses_sse(batches(), skeleton=skeleton, on_done=lambda *x: None)]
+        return a, r
+
+    anthropic_events, responses_events = asyncio.run(collect())
+    assert b'"text":"ok"' in b"".join(anthropic_events) and anthropic_events[-1].startswith(
+        b"event: message_stop"
+    )
+    assert responses_events[-1].startswith(b"event: response.completed") and b'"delta":"ok"' in b"".join(
+        responses_events
+    )

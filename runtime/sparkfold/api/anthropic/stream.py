@@ -13,7 +13,7 @@ from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
 from sparkfold.api.anthropic.translate import anthropic_usage, stop_of
-from sparkfold.api.chat_stream import DONE, ChatEvent, as_chunk, each_event
+from sparkfold.api.chat_stream import DONE, ChatEvent, as_chunk, choices_of, each_event, is_text
 from sparkfold.protocol import new_id
 
 __all__ = ["anthropic_sse"]
@@ -95,16 +95,15 @@ async def anthropic_sse(
             return
         if isinstance(chunk.get("usage"), dict):
             usage = chunk["usage"]
-        for choice in chunk.get("choices") or []:
-            delta = choice.get("delta") or {}
-            if delta.get("reasoning_content"):
+        for choice, delta in choices_of(chunk):
+            if is_text(delta.get("reasoning_content")):
                 if blocks.kind != "thinking":
                     for out in blocks.switch(
                         "thinking", {"type": "thinking", "thinking": "", "signature": ""}
                     ):
                         yield out
                 yield blocks.delta({"type": "thinking_delta", "thinking": delta["reasoning_content"]})
-            if delta.get("content"):
+            if is_text(delta.get("content")):
                 if blocks.kind != "text":
                     for out in blocks.switch("text", {"type": "text", "text": ""}):
                         yield out

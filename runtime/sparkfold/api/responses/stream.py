@@ -12,7 +12,7 @@ import json
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from typing import Any
 
-from sparkfold.api.chat_stream import DONE, ChatEvent, as_chunk, each_event
+from sparkfold.api.chat_stream import DONE, ChatEvent, as_chunk, choices_of, each_event, is_text
 from sparkfold.api.responses.translate import call_item, message_item, reasoning_item
 from sparkfold.api.streaming import KEEPALIVE_COMMENT
 from sparkfold.protocol import new_id
@@ -118,9 +118,8 @@ async def responses_sse(
             return
         if isinstance(chunk.get("usage"), dict):
             usage = chunk["usage"]
-        for choice in chunk.get("choices") or []:
-            delta = choice.get("delta") or {}
-            if delta.get("reasoning_content"):
+        for choice, delta in choices_of(chunk):
+            if is_text(delta.get("reasoning_content")):
                 if current is None or current.kind != "reasoning":
                     for out in open_item(
                         "reasoning", {"type": "reasoning", "id": new_id("rs"), "summary": []}
@@ -138,7 +137,7 @@ async def responses_sse(
                         "delta": delta["reasoning_content"],
                     },
                 )
-            if delta.get("content"):
+            if is_text(delta.get("content")):
                 if current is None or current.kind != "message":
                     for out in open_item("message", message_item(new_id("msg"), "", status="in_progress")):
                         yield out
