@@ -127,7 +127,9 @@ class ChatServing:
             self._count_error(error)
             return error
         choices = result.get("choices")
-        if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+        if not isinstance(choices, list) or not all(
+            isinstance(c, dict) and isinstance(c.get("message"), dict) for c in choices
+        ):
             self.metrics.upstream_errors.inc()
             return UpstreamError("the engine's reply has no choices")
         for choice in choices:
