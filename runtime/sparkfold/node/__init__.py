@@ -1,0 +1,1 @@
+"""What runs on a node: rank supervision, peer watch, sd_notify."""
