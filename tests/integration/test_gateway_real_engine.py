@@ -2,17 +2,12 @@
 official openai and anthropic SDKs, streaming and not.
 
 The engine runs as `sparkfold engine --config FILE` in a child process on a free port (one load
-for the module); the gateway runs in this process on another free port. Set
-``SPARKFOLD_TEST_ENGINE_RUNTIME`` to run the engine from another tree's ``runtime/`` (e.g. before
-the engine branch is merged).
+for the module, from the HF directory the `smol_dir` fixture keeps); the gateway runs in this
+process on another free port.
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,61 +16,29 @@ import anthropic
 import httpx
 import openai
 import pytest
+from engine_procs import EngineProcess, free_port, wait_healthy, write_config
 from tests.fakes.harness import settings_for
-from tests.fakes.scripted_engine import ServerThread, free_port
+from tests.fakes.scripted_engine import ServerThread
 
 from sparkfold.api import create_app
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[2]
-ENGINE_RUNTIME = Path(os.environ.get("SPARKFOLD_TEST_ENGINE_RUNTIME", REPO / "runtime"))
-READY_TIMEOUT_S = 300
 HELLO = [{"role": "user", "content": "Say hello."}]
 
 
 @pytest.fixture(scope="module")
-def engine_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    if not (ENGINE_RUNTIME / "sparkfold/engines/server.py").is_file():
-        pytest.skip(f"no transformers engine in {ENGINE_RUNTIME} (branch engine not merged)")
+def engine_url(smol_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     directory = tmp_path_factory.mktemp("engine")
     port = free_port()
-    config = directory / "sparkfold.toml"
-    config.write_text(
-        "[engine]\n"
-        'kind = "transformers"\nmodel = "smollm2"\nserved_name = "smol"\n'
-        f"port = {port}\ncontext = 2048\nmax_tokens = 24\nparallel = 2\n"
-    )
-    log = (directory / "engine.log").open("wb")
-    env = {**os.environ, "PYTHONPATH": str(ENGINE_RUNTIME), "OMP_NUM_THREADS": "1"}
-    env.pop("NOTIFY_SOCKET", None)
-    process = subprocess.Popen(
-        [sys.executable, "-c", "from sparkfold.cli import main; main()", "engine", "--config", str(config)],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    config = write_config(directory / "sparkfold.toml", smol_dir, port=port, max_tokens=24, parallel=2)
+    process = EngineProcess(config, directory / "engine.log")
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while True:
-            assert process.poll() is None, (directory / "engine.log").read_text()[-2000:]
-            assert time.monotonic() < deadline, "the engine did not become healthy"
-            try:
-                if httpx.get(url + "/health", timeout=2).json().get("ok"):
-                    break
-            except (httpx.TransportError, ValueError):
-                pass
-            time.sleep(0.5)
+        wait_healthy(url, process)
         yield url
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
-        log.close()
+        process.stop()
 
 
 @pytest.fixture(scope="module")
