@@ -111,3 +111,33 @@ def test_service_manager_hears_ready_reloading_and_stopping(tmp_path: Path) -> N
         if process.poll() is None:
             process.kill()
             process.wait(timeout=10)
+
+
+def test_the_command_tells_systemd_it_is_ready(tmp_path: Path) -> None:
+    import socket
+
+    config = tmp_path / "sparkfold.toml"
+    config.write_text(
+        f'[engine]\nmodel = "x"\nport = {free_port()}\n[api]\nhost = "127.0.0.1"\nport = {free_port()}\n'
+    )
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as listener:
+        listener.bind(str(tmp_path / "notify"))
+        listener.settimeout(30)
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(sys.path),
+            "NOTIFY_SOCKET": str(tmp_path / "notify"),
+        }
+        process = subprocess.Popen(
+            [sys.executable, "-c", "from sparkfold.cli import main; main()", "api", "--config", str(config)],
+            env=env,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            assert listener.recv(4096).decode().startswith("READY=1")
+            process.terminate()
+            assert listener.recv(4096).decode() == "STOPPING=1"
+        finally:
+            if process.poll() is None:
+                process.kill()
+            process.wait(timeout=15)
