@@ -9,9 +9,9 @@ budget is spent, an end-of-sequence token comes, or the request is cancelled. Ev
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 __all__ = ["CapacityError", "EngineFailure", "Generator", "SamplingParams"]
 
@@ -36,6 +36,10 @@ class SamplingParams:
     seed: int = 0
     ignore_eos: bool = False
     stop_token_ids: frozenset[int] = field(default_factory=frozenset)
+    constraint: Any = field(default=None, compare=False)
+    """Per-request token matcher (``sparkfold.glm.grammar.ConstrainedMatcher``): masks the logits."""
+    prefill_inputs: Mapping[str, Any] | None = field(default=None, compare=False)
+    """Extra model inputs of the prompt's forward (``pixel_values``, ``image_grid_thw`` …)."""
 
     @property
     def greedy(self) -> bool:

@@ -15,11 +15,14 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from sparkfold.engines.chat_template import ChatRenderer, ChatTemplateRenderer
 from sparkfold.engines.generator import Generator, SamplingParams
 from sparkfold.engines.metrics import EngineCounters
 from sparkfold.engines.output import OutputParser, ParserFactory, PlainParser, TextStream, plain_parser
+from sparkfold.glm.errors import GlmError
+from sparkfold.glm.media import collect_media, require_vision
 from sparkfold.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -29,6 +32,9 @@ from sparkfold.protocol import (
     PeerState,
     ignored_fields,
 )
+
+if TYPE_CHECKING:
+    from sparkfold.glm.serving import GlmChat
 
 __all__ = ["ApiError", "EngineService", "Outcome", "Prepared"]
 
@@ -94,7 +100,9 @@ class EngineService:
     """The engine protocol's logic over one :class:`Generator`.
 
     ``renderer`` and ``parser_factory`` default to the checkpoint's chat template and plain
-    content; ``peer_state`` (from the node supervisor) fills ``/health``'s peer block.
+    content; a GLM model brings ``glm`` (the generator's ``glm`` attribute by default) and then
+    prompts, reasoning, tool calls, structured outputs and pictures follow ``sparkfold.glm``;
+    ``peer_state`` (from the node supervisor) fills ``/health``'s peer block.
     """
 
     def __init__(
@@ -109,6 +117,7 @@ class EngineService:
         parser_factory: ParserFactory = plain_parser,
         stop_token_ids: frozenset[int] = frozenset(),
         peer_state: Callable[[], PeerState | None] | None = None,
+        glm: GlmChat | None = None,
     ) -> None:
         self.generator = generator
         self.served_name = served_name
@@ -117,6 +126,11 @@ class EngineService:
         self.parser_factory = parser_factory
         self.stop_token_ids = stop_token_ids
         self.peer_state = peer_state or (lambda: None)
+        self.glm = glm if glm is not None else getattr(generator, "glm", None)
+        if self.glm is not None:  # GLM: prompts, reasoning, tool calls, grammar, pictures
+            renderer = renderer or self.glm
+            self.parser_factory = self.glm.parser_for
+            self.stop_token_ids = stop_token_ids | self.glm.stop_token_ids
         if renderer is None and generator.chat_template:
             renderer = ChatTemplateRenderer(
                 generator.chat_template, generator.special_tokens, thinking=thinking
@@ -149,6 +163,12 @@ class EngineService:
         error = self._check_common(request)
         if error:
             return error
+        if self.glm is not None:
+            return self._prepare_glm(request, self.glm)
+        try:  # a model without a vision tower refuses pictures rather than ignoring them
+            require_vision(collect_media(request.messages), has_vision=False, model=self.served_name)
+        except GlmError as exc:
+            return ApiError(exc.status, exc.message, exc.param)
         for name in ("guided_json", "guided_regex", "guided_choice", "guided_grammar"):
             if getattr(request, name) is not None:
                 return ApiError(400, f"{name} (structured output) is not supported by this engine", name)
@@ -166,6 +186,23 @@ class EngineService:
         ids = self.generator.encode(prompt, add_special_tokens=False)
         prepared = self._admit(ids, request.reply_budget, request, "messages")
         return prepared if isinstance(prepared, ApiError) else replace(prepared, parser=parser)
+
+    def _prepare_glm(self, request: ChatCompletionRequest, glm: GlmChat) -> Prepared | ApiError:
+        """Render, load pictures and compile the structured-output grammar (``sparkfold.glm``)."""
+        try:
+            turn = glm.prepare(request)
+        except GlmError as exc:
+            return ApiError(exc.status, exc.message, exc.param)
+        if turn.vision and getattr(self.generator, "tp", 1) > 1:
+            return ApiError(
+                400, "pictures need an engine with tp = 1; remove the image/video parts", "messages"
+            )
+        ids = self.generator.encode(turn.prompt, add_special_tokens=False)
+        prepared = self._admit(ids, request.reply_budget, request, "messages")
+        if isinstance(prepared, ApiError):
+            return prepared
+        params = replace(prepared.params, constraint=turn.matcher, prefill_inputs=turn.vision or None)
+        return replace(prepared, params=params, parser=turn.parser())
 
     def prepare_completion(self, request: CompletionRequest) -> Prepared | ApiError:
         error = self._check_common(request)

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import logging
 import queue
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -38,16 +40,71 @@ log = logging.getLogger(__name__)
 KEEPALIVE_S = 60.0  # an idle rank 0 sends rank 1 a no-op this often (gloo ops time out otherwise)
 
 
+def _is_glm_checkpoint(source: ModelSource) -> bool:
+    from sparkfold.glm.serving import is_glm_model
+
+    config = Path(source.path) / "config.json"
+    if source.gguf_file or not config.is_file():
+        return False
+    return is_glm_model(json.loads(config.read_text(encoding="utf-8")))
+
+
 def _load_weights(settings: EngineSettings, source: ModelSource) -> tuple[Any, Any]:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
 
     extra = {"gguf_file": source.gguf_file} if source.gguf_file else {}
     tokenizer = AutoTokenizer.from_pretrained(source.path, **extra)
-    model = AutoModelForCausalLM.from_pretrained(
-        source.path, dtype=getattr(torch, settings.transformers.dtype), **extra
-    )
+    auto = AutoModelForImageTextToText if _is_glm_checkpoint(source) else AutoModelForCausalLM
+    model = auto.from_pretrained(source.path, dtype=getattr(torch, settings.transformers.dtype), **extra)
     model.eval()
     return model, tokenizer
+
+
+def _glm_chat(settings: EngineSettings, source: ModelSource, model: Any, tokenizer: Any) -> Any:
+    """The GLM protocol for a GLM checkpoint (``sparkfold.glm.serving.GlmChat``), else ``None``."""
+    from sparkfold.glm.media import MediaLimits
+    from sparkfold.glm.serving import GlmChat, is_glm_model
+
+    if not is_glm_model(model.config):
+        return None
+    has_vision = getattr(model.config, "vision_config", None) is not None
+    image_processor = video_processor = None
+    if has_vision:
+        from transformers import AutoImageProcessor
+
+        image_processor = AutoImageProcessor.from_pretrained(source.path)
+        try:
+            from transformers import AutoVideoProcessor
+
+            video_processor = AutoVideoProcessor.from_pretrained(source.path)
+        except (ImportError, ValueError, OSError) as exc:  # torchvision missing: images only
+            log.warning("video input disabled: %s", str(exc).strip().splitlines()[0])
+    text = getattr(model.config, "text_config", model.config)
+    return GlmChat(
+        tokenizer,
+        model_dir=source.path,
+        vocab_size=text.vocab_size,
+        image_processor=image_processor,
+        video_processor=video_processor,
+        has_vision=has_vision,
+        limits=MediaLimits.from_settings(settings.media),
+        default_thinking=settings.thinking,
+        model_name=settings.served_name,
+    )
+
+
+def _constrained(logits: torch.Tensor, constraint: Any, last: int | None) -> torch.Tensor:
+    """``logits`` with the tokens ``constraint`` forbids set to -inf (``last`` is fed to it first)."""
+    from sparkfold.glm.grammar import allocate_bitmask, apply_bitmask
+
+    if last is not None and not constraint.is_terminated():
+        constraint.accept_token(last)
+    mask = allocate_bitmask(constraint.vocab_size)
+    if not constraint.fill_bitmask(mask, 0):
+        return logits
+    masked = logits.clone().unsqueeze(0)
+    apply_bitmask(masked, mask)
+    return masked[0]
 
 
 class ModelRunner:
@@ -83,13 +140,19 @@ class ModelRunner:
             self.link.send_step(Op.STOP)
 
     @torch.inference_mode()
-    def forward(self, slot: int, ids: Sequence[int]) -> torch.Tensor:
-        """Feed ``ids`` into ``slot``'s cache; the next-token logits (rank 0)."""
+    def forward(self, slot: int, ids: Sequence[int], extra: Mapping[str, Any] | None = None) -> torch.Tensor:
+        """Feed ``ids`` (and ``extra`` inputs, e.g. pixels) into ``slot``'s cache; the next-token logits."""
         if self.link and self.link.rank == 0:
+            if extra:
+                raise EngineFailure("extra model inputs (pictures) need tp = 1")
             self.link.send_step(Op.FORWARD, slot, list(ids))
         inputs = torch.tensor([list(ids)], dtype=torch.long)
         out = self.model(
-            input_ids=inputs, **{self._cache_arg: self._caches[slot]}, use_cache=True, logits_to_keep=1
+            input_ids=inputs,
+            **{self._cache_arg: self._caches[slot]},
+            use_cache=True,
+            logits_to_keep=1,
+            **(extra or {}),
         )
         return out.logits[0, -1]
 
@@ -141,8 +204,12 @@ class TransformersGenerator:
         context_length: int,
         parallel: int,
         on_fatal: Callable[[str], None] | None = None,
+        glm: Any = None,
     ) -> None:
         self._runner = runner
+        self.tp = 2 if runner.link is not None else 1
+        self.glm = glm
+        """``sparkfold.glm.serving.GlmChat`` for a GLM checkpoint (the server then speaks GLM)."""
         self._tokenizer = tokenizer
         self.context_length = context_length
         self.parallel = parallel
@@ -263,7 +330,12 @@ class TransformersGenerator:
         if job.cancel.is_set():
             self._finish(job, active, None)
             return
-        logits = self._runner.forward(job.slot, job.prompt if job.last is None else [job.last])
+        if job.last is None:  # the prompt, with its pictures
+            logits = self._runner.forward(job.slot, job.prompt, job.params.prefill_inputs)
+        else:
+            logits = self._runner.forward(job.slot, [job.last])
+        if job.params.constraint is not None:
+            logits = _constrained(logits, job.params.constraint, job.last)
         token = sample(logits, job.params, job.rng)
         job.produced += 1
         job.last = token
@@ -355,5 +427,6 @@ def load(
             context_length=min(settings.context, window),
             parallel=settings.parallel,
             on_fatal=on_fatal,
+            glm=_glm_chat(settings, source, model, tokenizer),
         )
     return Loaded(source, runner, generator, time.monotonic() - started)
