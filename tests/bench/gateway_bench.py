@@ -213,9 +213,12 @@ def rate_phase(pair: Pair, concurrencies: list[int], repeats: int) -> list[dict[
     rows = []
     for streams in concurrencies:
         straight, through = [], []
+        busy = []  # the gateway's CPU seconds per second of its rounds: 1.0 is one core saturated
         for _ in range(repeats):  # interleaved, so drift hits both sides alike
             straight.append(asyncio.run(load(pair.engine_port, streams)))
+            cpu, wall = cpu_seconds(pair.gateway.pid), time.perf_counter()
             through.append(asyncio.run(load(pair.gateway_port, streams)))
+            busy.append((cpu_seconds(pair.gateway.pid) - cpu) / (time.perf_counter() - wall))
 
         def median(side: list[dict[str, Any]], key: str) -> float:
             return statistics.median(r[key] for r in side)
@@ -229,6 +232,7 @@ def rate_phase(pair: Pair, concurrencies: list[int], repeats: int) -> list[dict[
                 "tok_s_gateway": round(g_e2e, 1),
                 "tok_s_ratio": round(g_e2e / s_e2e, 4),
                 "per_stream_ratio": round(g_rate / s_rate, 4),
+                "gateway_cores_busy": round(statistics.median(busy), 3),
             }
         )
         print(json.dumps(rows[-1]), flush=True)
