@@ -25,6 +25,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -307,6 +308,7 @@ def main() -> None:
     )
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # so a stopped run still stops its servers
     concurrencies = [1, 4, 16, 64]
     result: dict[str, Any] = {"cpus": CORES, "pinned": args.pin}
     print("paced upstream, 100 tokens/s per stream: TTFT", flush=True)

@@ -129,27 +129,34 @@ class Engine:
         return _decode(await self._send("POST", path, body))
 
     async def open_stream(self, path: str, body: dict[str, Any]) -> EngineStream:
-        pool = self._pool()
         # Per request on the hot path, so built and sent directly: the client's layers (auth,
         # redirects, cookies, event hooks, its INFO log line) have nothing to do for this call.
         request = httpx.Request("POST", self._url(path), content=_json(body), headers=_STREAM_HEADERS)
         request.extensions["timeout"] = self._timeout
-        try:
-            response = await pool.transport.handle_async_request(request)
-        except httpx.TimeoutException as exc:
-            raise UpstreamTimeout(f"the engine did not answer {path} in time") from exc
-        except httpx.HTTPError as exc:
-            raise UpstreamUnavailable(f"cannot reach the engine at {self.base_url}: {exc}") from exc
-        if response.status_code != 200:
-            try:
-                await response.aread()
-            except httpx.HTTPError:
-                pass
-            finally:
-                await response.aclose()
-            raise _status_error(response)
+        pool = self._pool()
+        # counted from the choice on, so requests arriving together spread over the pools
         pool.in_flight += 1
-        return EngineStream(response, pool)
+        opened = False
+        try:
+            try:
+                response = await pool.transport.handle_async_request(request)
+            except httpx.TimeoutException as exc:
+                raise UpstreamTimeout(f"the engine did not answer {path} in time") from exc
+            except httpx.HTTPError as exc:
+                raise UpstreamUnavailable(f"cannot reach the engine at {self.base_url}: {exc}") from exc
+            if response.status_code != 200:
+                try:
+                    await response.aread()
+                except httpx.HTTPError:
+                    pass
+                finally:
+                    await response.aclose()
+                raise _status_error(response)
+            opened = True
+            return EngineStream(response, pool)  # its aclose gives the count back
+        finally:
+            if not opened:
+                pool.in_flight -= 1
 
     async def _send(
         self, method: str, path: str, body: dict[str, Any] | None, *, timeout_s: float | None = None
