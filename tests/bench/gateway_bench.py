@@ -107,7 +107,7 @@ async def one_stream(port: int) -> tuple[float, int, float]:
     return first, events, (events - 1) / (last - first) if last > first else 0.0
 
 
-async def load(port: int, streams: int) -> dict[str, float]:
+async def load(port: int, streams: int) -> dict[str, Any]:
     started = time.perf_counter()
     results = await asyncio.gather(*(one_stream(port) for _ in range(streams)))
     elapsed = time.perf_counter() - started
