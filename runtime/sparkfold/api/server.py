@@ -74,6 +74,8 @@ def _configure_logging() -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.INFO)
+    # httpx logs every engine call at INFO; the access log already has one line per request
+    logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 class _Server(uvicorn.Server):
@@ -104,6 +106,8 @@ def serve(settings: Settings, *, notify: Notify = lambda *states: None) -> None:
         port=settings.api.port,
         log_config=None,
         access_log=False,
+        loop="auto",  # uvloop when it is installed (uvicorn[standard]), else asyncio
+        http="auto",  # httptools when it is installed, else h11
         timeout_graceful_shutdown=5,
     )
     server = _Server(config, notify)
@@ -126,4 +130,7 @@ def serve(settings: Settings, *, notify: Notify = lambda *states: None) -> None:
         )
         await server.serve()
 
-    asyncio.run(main())
+    # server.serve() runs on the caller's loop (only server.run() picks uvicorn's), so the loop
+    # is made here from uvicorn's factory: uvloop halves the per-request cost of the event loop
+    with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
+        runner.run(main())

@@ -38,10 +38,13 @@ CONNECTIONS_PER_POOL = 4
 
 
 class _Pool:
-    __slots__ = ("client", "in_flight")
+    """One client and its transport: streams go to the transport directly (see open_stream)."""
 
-    def __init__(self, client: httpx.AsyncClient) -> None:
+    __slots__ = ("client", "in_flight", "transport")
+
+    def __init__(self, client: httpx.AsyncClient, transport: httpx.AsyncBaseTransport) -> None:
         self.client = client
+        self.transport = transport
         self.in_flight = 0
 
 
@@ -84,19 +87,17 @@ class Engine:
         self._timeout = httpx.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S).as_dict()
         self._urls: dict[str, httpx.URL] = {}
         tls = httpx.create_ssl_context()  # one for all pools: building one reads the CA bundle (slow)
-        self._pools = [
-            _Pool(
-                httpx.AsyncClient(
-                    base_url=base_url,
-                    timeout=httpx.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S),
-                    limits=httpx.Limits(max_connections=None, max_keepalive_connections=CONNECTIONS_PER_POOL),
-                    transport=transport,
-                    verify=tls,
-                    headers={"accept-encoding": "identity"},  # the stream is read raw, never compressed
-                )
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=CONNECTIONS_PER_POOL)
+        self._pools = []
+        for _ in range(max(1, -(-concurrency // CONNECTIONS_PER_POOL))):
+            pool_transport = transport or httpx.AsyncHTTPTransport(verify=tls, limits=limits)
+            client = httpx.AsyncClient(
+                base_url=base_url,
+                timeout=httpx.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S),
+                transport=pool_transport,
+                headers={"accept-encoding": "identity"},  # the stream is read raw, never compressed
             )
-            for _ in range(max(1, -(-concurrency // CONNECTIONS_PER_POOL)))
-        ]
+            self._pools.append(_Pool(client, pool_transport))
 
     def __repr__(self) -> str:
         return f"Engine({self.base_url!r})"
@@ -128,26 +129,34 @@ class Engine:
         return _decode(await self._send("POST", path, body))
 
     async def open_stream(self, path: str, body: dict[str, Any]) -> EngineStream:
-        pool = self._pool()
-        # built directly (not client.build_request): this is per request on the hot path
+        # Per request on the hot path, so built and sent directly: the client's layers (auth,
+        # redirects, cookies, event hooks, its INFO log line) have nothing to do for this call.
         request = httpx.Request("POST", self._url(path), content=_json(body), headers=_STREAM_HEADERS)
         request.extensions["timeout"] = self._timeout
-        try:
-            response = await pool.client.send(request, stream=True)
-        except httpx.TimeoutException as exc:
-            raise UpstreamTimeout(f"the engine did not answer {path} in time") from exc
-        except httpx.HTTPError as exc:
-            raise UpstreamUnavailable(f"cannot reach the engine at {self.base_url}: {exc}") from exc
-        if response.status_code != 200:
-            try:
-                await response.aread()
-            except httpx.HTTPError:
-                pass
-            finally:
-                await response.aclose()
-            raise _status_error(response)
+        pool = self._pool()
+        # counted from the choice on, so requests arriving together spread over the pools
         pool.in_flight += 1
-        return EngineStream(response, pool)
+        opened = False
+        try:
+            try:
+                response = await pool.transport.handle_async_request(request)
+            except httpx.TimeoutException as exc:
+                raise UpstreamTimeout(f"the engine did not answer {path} in time") from exc
+            except httpx.HTTPError as exc:
+                raise UpstreamUnavailable(f"cannot reach the engine at {self.base_url}: {exc}") from exc
+            if response.status_code != 200:
+                try:
+                    await response.aread()
+                except httpx.HTTPError:
+                    pass
+                finally:
+                    await response.aclose()
+                raise _status_error(response)
+            opened = True
+            return EngineStream(response, pool)  # its aclose gives the count back
+        finally:
+            if not opened:
+                pool.in_flight -= 1
 
     async def _send(
         self, method: str, path: str, body: dict[str, Any] | None, *, timeout_s: float | None = None
