@@ -4,7 +4,7 @@ Discovery, in order (each step one :class:`~sparkfold.node.checks.Check`):
 
 1. ``route``: ``ip -j -4 route get <fabric.peer>`` names the netdev and source address; the peer must be
    reached directly (no gateway) and, when ``fabric.address`` is set, from that address.
-2. ``mtu``: the netdev's MTU (``<sysfs>/class/net/<dev>/mtu``) equals ``fabric.mtu``.
+2. ``mtu``: the netdev's MTU (``ip -j link show``, netlink) equals ``fabric.mtu``.
 3. ``ping``: a full-size unfragmentable ping (``-M do -s <mtu - 28>``) from the netdev reaches the peer.
 4. ``rdma`` (only where ``<sysfs>/class/infiniband`` exists): the netdev's RDMA device, and the RoCE v2
    GID index whose GID is the IPv4-mapped link address (an all-zero or v1 entry makes NCCL fail a minute
@@ -99,11 +99,21 @@ def _check_route(settings: Settings, report: Report, run: Runner) -> str | None:
     return dev
 
 
-def _check_mtu(settings: Settings, dev: str, sysfs: Path, report: Report) -> int | None:
+def _link_mtu(dev: str, run: Runner) -> int | None:
+    # Over netlink, not sysfs: sysfs can show another network namespace's netdevs (containers).
+    result = run(["ip", "-j", "link", "show", "dev", dev])
+    if result.returncode != 0:
+        return None
     try:
-        mtu = int((sysfs / "class/net" / dev / "mtu").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        report.add(Check("mtu", False, f"cannot read the MTU of {dev}", "is sysfs mounted?"))
+        return int(json.loads(result.stdout)[0]["mtu"])
+    except (json.JSONDecodeError, IndexError, KeyError, TypeError, ValueError):
+        return None
+
+
+def _check_mtu(settings: Settings, dev: str, report: Report, run: Runner) -> int | None:
+    mtu = _link_mtu(dev, run)
+    if mtu is None:
+        report.add(Check("mtu", False, f"cannot read the MTU of {dev}", f"check `ip link show dev {dev}` works"))
         return None
     report.facts["mtu"] = mtu
     want = settings.fabric.mtu
@@ -202,7 +212,7 @@ def discover(
     dev = _check_route(settings, report, run)
     if dev is None:
         return report
-    mtu = _check_mtu(settings, dev, sysfs, report)
+    mtu = _check_mtu(settings, dev, report, run)
     if mtu is None:
         return report
     if ping:
