@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import json
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -35,6 +36,7 @@ __all__ = [
     "NodeSettings",
     "PathSettings",
     "Settings",
+    "TensorfoldSettings",
     "TransformersSettings",
     "engine_differences",
     "engine_fingerprint",
@@ -102,6 +104,71 @@ class TransformersSettings(_Section):
     threads: int = Field(0, ge=0, description="torch intra-op threads; 0 = torch's default")
 
 
+class TensorfoldSettings(_Section):
+    """Settings of the production engine (``kind = "tensorfold"``): TensorFold v0.6.0, one rank per node.
+
+    Every value here is part of ``[engine]`` and so of its fingerprint: both ranks must agree.
+    """
+
+    launcher: Literal["docker", "host"] = Field(
+        "docker", description="run the rank in the engine image (docker) or directly on the host"
+    )
+    image: str = Field(
+        "sparkfold-tensorfold:v0.6.0", min_length=1, description="engine image reference (docker launcher)"
+    )
+    container_name: str = Field(
+        "sparkfold-engine",
+        pattern=r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$",
+        description="container name, the same on every node (docker launcher)",
+    )
+    executable: str = Field(
+        "tensorfold", min_length=1, description="the tensorfold command, in the image or on the host"
+    )
+    drafter: str = Field(
+        "none",
+        min_length=1,
+        description='draft model directory, or "none" (the published DFlash2 drafter is non-commercial)',
+    )
+    mtp_drafts: int | None = Field(None, ge=0, description="--mtp-drafts N; unset = the family default")
+    reasoning_effort: Literal["low", "medium", "high", "xhigh"] | None = Field(
+        None, description="--reasoning-effort; unset = the chat template's default"
+    )
+    thinking_budget: int | None = Field(None, ge=0, description="--thinking-budget N; unset = TensorFold's 0")
+    memory_reserve_gib: float | None = Field(
+        None, ge=2, description="TENSORFOLD_MEMORY_RESERVE_GIB; unset = max(4 GiB, 10% of RAM)"
+    )
+    nccl_channels: int = Field(
+        4, ge=0, le=64, description="NCCL_MIN_NCHANNELS = NCCL_MAX_NCHANNELS; 0 = NCCL's own choice"
+    )
+    extra_args: list[str] = Field(
+        default_factory=list, description="appended to `tensorfold serve` on every rank (they win)"
+    )
+    env: dict[str, str] = Field(
+        default_factory=dict, description="extra environment of every rank (no secrets: it is in argv)"
+    )
+    shm_size: str = Field(
+        "16g", pattern=r"^[0-9]+[bkmg]?$", description="the container's /dev/shm size (docker launcher)"
+    )
+    kernel_cache_dir: Path | None = Field(
+        None, description="compiled kernels, one folder per image; unset = <paths.cache_dir>/tensorfold"
+    )
+    ready_timeout_s: float = Field(
+        1800.0, gt=0, description="a rank not ready this long after start is stopped and fails"
+    )
+    stop_timeout_s: float = Field(
+        30.0, ge=0, description="on stop, SIGTERM then this long before SIGKILL (docker stop -t)"
+    )
+
+    @model_validator(mode="after")
+    def _drafter_and_env(self) -> TensorfoldSettings:
+        if self.drafter != "none" and not self.drafter.startswith("/"):
+            raise ValueError(f'drafter must be "none" or an absolute directory, not {self.drafter!r}')
+        bad = [name for name in self.env if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name)]
+        if bad:
+            raise ValueError(f"env: not an environment variable name: {', '.join(bad)}")
+        return self
+
+
 class EngineSettings(_Section):
     """The engine rank. Identical on every rank: its fingerprint is compared at rendezvous."""
 
@@ -120,6 +187,7 @@ class EngineSettings(_Section):
     seed: int = Field(0, ge=0, description="base seed for sampled requests without a seed")
     drain_s: float = Field(30.0, ge=0, description="on SIGTERM, wait this long for in-flight requests")
     transformers: TransformersSettings = Field(default_factory=TransformersSettings)
+    tensorfold: TensorfoldSettings = Field(default_factory=TensorfoldSettings)
 
     @model_validator(mode="after")
     def _reply_fits(self) -> EngineSettings:

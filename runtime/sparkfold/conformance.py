@@ -1,0 +1,257 @@
+"""The engine protocol conformance suite: does a server keep the contract the gateway relies on?
+
+``run(base_url)`` sends a fixed sequence of small requests to an engine server (ours, or a real
+TensorFold rank 0) and returns one :class:`CheckResult` per clause of ``docs/engine-protocol.md``.
+Required checks are what the gateway cannot work without; optional ones are later TensorFold
+additions our engines have (``include_usage``, vLLM ``/tokenize`` fields) and are reported, not failed.
+Every request is small (a handful of reply tokens) so the suite is cheap on a real pair too.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+__all__ = ["CheckResult", "ConformanceFailure", "run"]
+
+PROMPT = [{"role": "user", "content": "Say hello."}]
+REPLY_TOKENS = 8
+
+
+class ConformanceFailure(AssertionError):
+    """A clause of the contract that the server did not keep; the message says which and how."""
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    passed: bool
+    detail: str
+    required: bool = True
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ConformanceFailure(message)
+
+
+def _json(response: httpx.Response) -> dict[str, Any]:
+    try:
+        body = response.json()
+    except ValueError:
+        raise ConformanceFailure(f"body is not JSON: {response.text[:120]!r}") from None
+    _require(isinstance(body, dict), f"body is not a JSON object: {body!r:.120}")
+    return body  # type: ignore[no-any-return]
+
+
+def _error_body(response: httpx.Response, status: int) -> dict[str, Any]:
+    _require(response.status_code == status, f"expected HTTP {status}, got {response.status_code}")
+    error = _json(response).get("error")
+    _require(isinstance(error, dict) and bool(error.get("message")), "no error.message in the body")
+    return error  # type: ignore[return-value]
+
+
+def _check_usage(usage: Any) -> None:
+    _require(isinstance(usage, dict), f"usage missing: {usage!r}")
+    for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        _require(isinstance(usage.get(key), int), f"usage.{key} is not an integer")
+    _require(
+        usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"],
+        "usage.total_tokens != prompt_tokens + completion_tokens",
+    )
+
+
+class _Suite:
+    def __init__(self, client: httpx.Client, model: str | None) -> None:
+        self.client = client
+        self.model = model or ""
+        self.context = 0
+
+    def chat(self, **fields: Any) -> httpx.Response:
+        body = {
+            "model": self.model,
+            "messages": PROMPT,
+            "max_tokens": REPLY_TOKENS,
+            "temperature": 0,
+            **fields,
+        }
+        return self.client.post("/v1/chat/completions", json=body)
+
+    def stream_events(self, **fields: Any) -> list[str]:
+        body = {"model": self.model, "messages": PROMPT, "max_tokens": REPLY_TOKENS, "temperature": 0}
+        body |= {"stream": True, **fields}
+        with self.client.stream("POST", "/v1/chat/completions", json=body) as response:
+            _require(response.status_code == 200, f"HTTP {response.status_code}")
+            kind = response.headers.get("content-type", "")
+            _require(kind.startswith("text/event-stream"), f"content-type is {kind!r}")
+            return [line[5:].strip() for line in response.iter_lines() if line.startswith("data:")]
+
+    # --- the checks, in the order they run ---------------------------------------------------
+
+    def health(self) -> str:
+        body = _json(self.client.get("/health"))
+        _require(body.get("ok") is True, f'"ok" is not true: {body.get("ok")!r}')
+        for key in ("requests_total", "prompt_tokens_total", "completion_tokens_total"):
+            _require(isinstance(body.get(key), int), f"/health lacks the counter {key}")
+        self.context = int(body.get("context_length") or 0)
+        return f"ok, context_length {self.context}"
+
+    def models(self) -> str:
+        body = _json(self.client.get("/v1/models"))
+        ids = [m.get("id") for m in body.get("data", []) if isinstance(m, dict)]
+        _require(body.get("object") == "list" and bool(ids), "no models listed")
+        if not self.model:
+            self.model = str(ids[0])
+        _require(self.model in ids, f"{self.model!r} is not among {ids}")
+        return f"serves {', '.join(map(str, ids))}"
+
+    def chat_completion(self) -> str:
+        response = self.chat()
+        _require(response.status_code == 200, f"HTTP {response.status_code}: {response.text[:200]}")
+        body = _json(response)
+        _require(body.get("object") == "chat.completion", f"object is {body.get('object')!r}")
+        choice = body["choices"][0]
+        _require(choice["message"].get("role") == "assistant", "message.role is not assistant")
+        _require(isinstance(choice["message"].get("content"), str), "message.content is not a string")
+        _require(
+            choice.get("finish_reason") in ("stop", "length"),
+            f"finish_reason {choice.get('finish_reason')!r}",
+        )
+        _check_usage(body.get("usage"))
+        _require(body["usage"]["completion_tokens"] <= REPLY_TOKENS, "max_tokens not respected")
+        return f"{body['usage']['completion_tokens']} tokens, finish {choice['finish_reason']}"
+
+    def chat_stream(self) -> str:
+        events = self.stream_events()
+        _require(events and events[-1] == "[DONE]", "stream does not end with data: [DONE]")
+        chunks = [json.loads(e) for e in events[:-1]]
+        _require(bool(chunks), "no chunks before [DONE]")
+        _require(
+            all(c.get("object") == "chat.completion.chunk" for c in chunks), "a chunk is not a chunk object"
+        )
+        _require(
+            chunks[0]["choices"][0]["delta"].get("role") == "assistant", "first delta lacks role assistant"
+        )
+        finals = [c for c in chunks if c.get("choices") and c["choices"][0].get("finish_reason")]
+        _require(len(finals) == 1, f"{len(finals)} chunks carry a finish_reason (want exactly 1)")
+        usage = next((c["usage"] for c in reversed(chunks) if c.get("usage")), None)
+        _check_usage(usage)
+        text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c.get("choices"))
+        return f"{len(chunks)} chunks, {len(text)} chars"
+
+    def greedy_is_repeatable(self) -> str:
+        first, second = (_json(self.chat())["choices"][0]["message"]["content"] for _ in range(2))
+        _require(first == second, f"two greedy replies differ: {first!r} vs {second!r}")
+        return "identical"
+
+    def stream_equals_plain(self) -> str:
+        plain = _json(self.chat())["choices"][0]["message"]["content"]
+        chunks = [json.loads(e) for e in self.stream_events()[:-1]]
+        streamed = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c.get("choices"))
+        _require(plain == streamed, f"streamed text {streamed!r} differs from plain {plain!r}")
+        return "identical"
+
+    def completions(self) -> str:
+        body = {"model": self.model, "prompt": "The capital of France is", "max_tokens": 4, "temperature": 0}
+        response = self.client.post("/v1/completions", json=body)
+        _require(response.status_code == 200, f"HTTP {response.status_code}: {response.text[:200]}")
+        data = _json(response)
+        _require(data.get("object") == "text_completion", f"object is {data.get('object')!r}")
+        _require(isinstance(data["choices"][0].get("text"), str), "choices[0].text is not a string")
+        _check_usage(data.get("usage"))
+        return repr(data["choices"][0]["text"])
+
+    def context_length_exceeded(self) -> str:
+        _require(self.context > 0, "/health gave no context_length to test against")
+        error = _error_body(self.chat(max_tokens=self.context + 1), 400)
+        _require(error.get("code") == "context_length_exceeded", f"error.code is {error.get('code')!r}")
+        return error["message"][:80]
+
+    def malformed_json(self) -> str:
+        response = self.client.post(
+            "/v1/chat/completions", content=b'{"messages": [', headers={"content-type": "application/json"}
+        )
+        return _error_body(response, 400)["message"][:80]
+
+    def wrong_type(self) -> str:
+        response = self.client.post("/v1/chat/completions", json={"model": self.model, "messages": "hello"})
+        return _error_body(response, 400)["message"][:80]
+
+    def n_not_one(self) -> str:
+        return _error_body(self.chat(n=2), 400)["message"][:80]
+
+    def unknown_path(self) -> str:
+        _require(self.client.get("/v1/no-such-route").status_code == 404, "unknown path is not a 404")
+        return "404"
+
+    def still_serving(self) -> str:
+        _require(self.chat().status_code == 200, "a valid request failed after the bad ones")
+        return "ok after bad input"
+
+    def metrics(self) -> str:
+        response = self.client.get("/metrics")
+        _require(response.status_code == 200, f"HTTP {response.status_code}")
+        types = [line for line in response.text.splitlines() if line.startswith("# TYPE")]
+        _require(bool(types), "no Prometheus # TYPE lines")
+        return f"{len(types)} metric families"
+
+    def include_usage(self) -> str:
+        chunks = [json.loads(e) for e in self.stream_events(stream_options={"include_usage": True})[:-1]]
+        usage_only = [c for c in chunks if c.get("usage") and not c.get("choices")]
+        _require(len(usage_only) == 1, "no separate usage chunk with empty choices")
+        return "separate usage chunk"
+
+    def tokenize(self) -> str:
+        response = self.client.post("/tokenize", json={"model": self.model, "prompt": "hello world"})
+        data = _json(response)
+        tokens = data.get("tokens")
+        _require(isinstance(tokens, list) and data.get("count") == len(tokens), "tokens/count missing")
+        back = _json(self.client.post("/detokenize", json={"model": self.model, "tokens": tokens}))
+        _require("hello world" in str(back.get("prompt")), f"detokenize gave {back.get('prompt')!r}")
+        return f"{len(tokens)} tokens, round trip ok"
+
+    def checks(self) -> list[tuple[Callable[[], str], bool]]:
+        required = [
+            self.health,
+            self.models,
+            self.chat_completion,
+            self.chat_stream,
+            self.greedy_is_repeatable,
+            self.stream_equals_plain,
+            self.completions,
+            self.context_length_exceeded,
+            self.malformed_json,
+            self.wrong_type,
+            self.n_not_one,
+            self.unknown_path,
+            self.still_serving,
+            self.metrics,
+        ]
+        optional = [self.include_usage, self.tokenize]
+        return [(c, True) for c in required] + [(c, False) for c in optional]
+
+
+def run(
+    base_url: str,
+    model: str | None = None,
+    timeout_s: float = 120.0,
+    transport: httpx.BaseTransport | None = None,
+) -> list[CheckResult]:
+    """Run every check against the engine server at ``base_url``; never raises for a server's fault."""
+    results: list[CheckResult] = []
+    with httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout_s, transport=transport) as client:
+        suite = _Suite(client, model)
+        for check, required in suite.checks():
+            name = check.__name__
+            try:
+                results.append(CheckResult(name, True, check(), required))
+            except (ConformanceFailure, httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as exc:
+                detail = str(exc) or type(exc).__name__
+                results.append(CheckResult(name, False, detail, required))
+                if name in ("health", "models"):
+                    break  # nothing else can be meaningful
+    return results

@@ -1,0 +1,369 @@
+"""One TensorFold v0.6.0 rank as values: its command, environment and launcher argv.
+
+Everything here is a pure function of the node's :class:`~sparkfold.config.Settings` and of the
+link's :class:`FabricFacts` (discovered by ``sparkfold.node`` or written out in ``[fabric]``, and
+handed over as values: engines never import ``node/``). Nothing is started here; the process
+side is :mod:`sparkfold.engines.tensorfold_process`.
+
+The shape follows TensorFold's two-rank recipe: the same ``tensorfold serve MODEL --tp 2 --rank R
+--master <rank 0's link address> --master-port P`` plus the shared serve arguments on both
+ranks (the ranks compare their settings at rendezvous and refuse to start when they differ);
+rank 0 alone adds ``--name``, ``--host`` and ``--port`` (rank 1 has no HTTP port). Readiness:
+rank 1 prints ``[tensorfold] rank 1 ready in X s, following rank 0``; rank 0 is ready when
+``GET /health`` answers ``"ok": true`` (its port opens only once both ranks have loaded).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sparkfold.config import FabricSettings, Settings
+from sparkfold.image.patches import LABEL
+
+__all__ = [
+    "CONTAINER_CACHE",
+    "DOCKER",
+    "FabricFacts",
+    "LaunchError",
+    "LaunchPlan",
+    "ServingLine",
+    "docker_argv",
+    "docker_remove_argv",
+    "docker_stop_argv",
+    "follower_ready_s",
+    "health_is_ready",
+    "host_argv",
+    "image_label_argv",
+    "kernel_cache_dir",
+    "launch_plan",
+    "master_address",
+    "progress_note",
+    "rank_command",
+    "rank_environment",
+    "serving_line",
+]
+
+DOCKER = "docker"
+CONTAINER_CACHE = Path("/cache")
+"""Where the host's kernel cache folder is mounted inside the engine container."""
+
+STACK_BYTES = 67_108_864
+"""``--ulimit stack``: 64 MiB, as TensorFold's two-node deployments run it."""
+
+_FOLLOWER_READY = re.compile(r"\[tensorfold\] rank (\d+) ready in ([0-9.]+) s, following rank 0")
+_SERVING = re.compile(
+    r"\[tensorfold\] serving (?P<name>\S+) at (?P<url>https?://\S+?)/v1 on (?P<backend>\S+), "
+    r"rank 0 of (?P<world>\d+)"
+)
+_PROGRESS = (
+    (re.compile(r"building CUDA extension (\S+)"), "compiling CUDA kernels ({0}); the first start is slow"),
+    (
+        re.compile(r"rank (\d+) finished loading; waiting for rank (\d+)"),
+        "rank {0} loaded, waiting for rank {1}",
+    ),
+    (re.compile(r"startup estimate ([0-9.]+) GiB"), "startup memory estimate {0} GiB"),
+)
+
+
+class LaunchError(ValueError):
+    """The settings cannot make a TensorFold rank; the message names the key to change."""
+
+
+@dataclass(frozen=True)
+class FabricFacts:
+    """What NCCL needs to know about the link on this node.
+
+    ``netdev`` is the interface that routes to the peer's link address, ``rdma_devices`` its RoCE
+    device followed by any further rail (the PCIe twin), ``gid_index`` the RoCE v2 GID index that
+    holds this node's IPv4 address (the same index on every rail).
+    """
+
+    netdev: str
+    rdma_devices: tuple[str, ...]
+    gid_index: int
+
+    def __post_init__(self) -> None:
+        if not self.netdev or not self.rdma_devices or self.gid_index < 0:
+            raise LaunchError(f"incomplete fabric facts: {self!r}")
+
+    @property
+    def rails(self) -> int:
+        """How many RoCE devices NCCL stripes over."""
+        return len(self.rdma_devices)
+
+    @classmethod
+    def from_settings(cls, fabric: FabricSettings) -> FabricFacts | None:
+        """The facts written out in ``[fabric]``; None when any of them is left to discovery."""
+        if fabric.socket_ifname is None or not fabric.rdma_devices or fabric.gid_index is None:
+            return None
+        return cls(fabric.socket_ifname, tuple(fabric.rdma_devices), fabric.gid_index)
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """How to run one rank: exactly what ``sparkfold engine --dry-run`` prints.
+
+    ``argv`` is executed with the supervisor's environment plus ``env`` (empty for the docker
+    launcher, whose rank environment travels as ``-e`` arguments). ``command`` and ``rank_env``
+    are the rank's own command and environment, inside the container for the docker launcher.
+    """
+
+    rank: int
+    launcher: str
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    command: tuple[str, ...]
+    rank_env: Mapping[str, str]
+    container: str | None
+    health_url: str | None
+    directories: tuple[Path, ...] = field(default=())
+    ready_timeout_s: float = 1800.0
+    stop_timeout_s: float = 30.0
+
+    def as_text(self) -> str:
+        """The plan for people (``--dry-run``): the command line, ready to paste, and the environment."""
+        where = "in the container" if self.launcher == "docker" else "added to the supervisor's"
+        lines = [
+            f"# rank {self.rank}, {self.launcher} launcher",
+            shlex.join(self.argv),
+            f"# environment ({where})",
+        ]
+        lines += [f"{name}={value}" for name, value in sorted(self.rank_env.items())]
+        return "\n".join(lines) + "\n"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank,
+            "launcher": self.launcher,
+            "argv": list(self.argv),
+            "env": dict(self.env),
+            "command": list(self.command),
+            "rank_env": dict(self.rank_env),
+            "container": self.container,
+            "health_url": self.health_url,
+        }
+
+
+@dataclass(frozen=True)
+class ServingLine:
+    """Rank 0's ``[tensorfold] serving NAME at URL/v1 on BACKEND, rank 0 of N (...)`` line."""
+
+    name: str
+    url: str
+    backend: str
+    world: int
+
+
+def master_address(settings: Settings) -> str:
+    """Rank 0's address on the link: this node's own on the head, the peer's on the worker."""
+    fabric = settings.fabric
+    address = fabric.address if settings.node.rank == 0 else fabric.peer
+    if address is None:
+        key = "fabric.address" if settings.node.rank == 0 else "fabric.peer"
+        raise LaunchError(f"{key} is required: rank 0's link address is TensorFold's --master")
+    return str(address)
+
+
+def _check(settings: Settings) -> None:
+    if settings.engine.kind != "tensorfold":
+        raise LaunchError(f'engine.kind is "{settings.engine.kind}", not "tensorfold"')
+    if not settings.engine.model.startswith("/"):
+        raise LaunchError(
+            f"engine.model must be an absolute directory for TensorFold: {settings.engine.model}"
+        )
+
+
+def rank_command(settings: Settings) -> list[str]:
+    """``tensorfold serve MODEL …`` for this node's rank; the same on the host and in the image."""
+    _check(settings)
+    engine, tf = settings.engine, settings.engine.tensorfold
+    rank = settings.node.rank
+    command = [tf.executable, "serve", engine.model]
+    if engine.tp > 1:
+        command += ["--tp", str(engine.tp), "--rank", str(rank), "--master", master_address(settings)]
+        command += ["--master-port", str(settings.fabric.rendezvous_port)]
+    command += ["--drafter", tf.drafter]
+    command += ["--context", str(engine.context), "--parallel", str(engine.parallel)]
+    command += ["--max-tokens", str(engine.max_tokens)]
+    command.append("--thinking" if engine.thinking else "--no-thinking")
+    if tf.reasoning_effort is not None:
+        command += ["--reasoning-effort", tf.reasoning_effort]
+    if tf.thinking_budget is not None:
+        command += ["--thinking-budget", str(tf.thinking_budget)]
+    if tf.mtp_drafts is not None:
+        command += ["--mtp-drafts", str(tf.mtp_drafts)]
+    if rank == 0:
+        command += ["--name", engine.served_name, "--host", engine.host, "--port", str(engine.port)]
+    return command + list(tf.extra_args)
+
+
+def kernel_cache_dir(settings: Settings, image_key: str | None = None) -> Path:
+    """The host folder of compiled kernels for this image (another image's kernels never load).
+
+    ``image_key`` is the image's series hash label when the caller knows it; otherwise the image
+    reference, made safe as a folder name. The host launcher uses the folder ``host``.
+    """
+    tf = settings.engine.tensorfold
+    root = tf.kernel_cache_dir or settings.paths.cache_dir / "tensorfold"
+    if tf.launcher == "host":
+        return root / "host"
+    key = image_key or tf.image
+    return root / re.sub(r"[^A-Za-z0-9_.-]+", "_", key).strip("._")
+
+
+def rank_environment(settings: Settings, facts: FabricFacts | None, cache_root: Path) -> dict[str, str]:
+    """The rank's environment: offline, no update check, kernel caches, NCCL over the RoCE link.
+
+    ``cache_root`` is the kernel cache as the rank sees it (``/cache`` in the container).
+    ``[engine.tensorfold] env`` comes last and wins.
+    """
+    _check(settings)
+    tf = settings.engine.tensorfold
+    env = {
+        "HF_HUB_OFFLINE": "1",
+        "TENSORFOLD_NO_UPDATE_CHECK": "1",
+        "PYTHONUNBUFFERED": "1",
+        "TORCH_EXTENSIONS_DIR": str(cache_root / "torch_extensions"),
+        "TRITON_CACHE_DIR": str(cache_root / "triton"),
+        "XDG_CACHE_HOME": str(cache_root / "xdg"),
+    }
+    if tf.memory_reserve_gib is not None:
+        env["TENSORFOLD_MEMORY_RESERVE_GIB"] = f"{tf.memory_reserve_gib:g}"
+    if settings.engine.tp > 1:
+        if facts is None:
+            raise LaunchError(
+                "fabric facts are missing: set [fabric] socket_ifname, rdma_devices and gid_index, "
+                "or let `sparkfold fabric` discover them"
+            )
+        env |= {
+            "NCCL_SOCKET_IFNAME": facts.netdev,
+            # "=" makes NCCL match the device names exactly rather than as prefixes
+            "NCCL_IB_HCA": "=" + ",".join(facts.rdma_devices),
+            "NCCL_IB_GID_INDEX": str(facts.gid_index),
+            "NCCL_IB_ROCE_VERSION_NUM": "2",
+            "NCCL_IB_ADDR_FAMILY": "AF_INET",
+        }
+        if tf.nccl_channels:
+            env["NCCL_MIN_NCHANNELS"] = env["NCCL_MAX_NCHANNELS"] = str(tf.nccl_channels)
+    return env | dict(tf.env)
+
+
+def _read_only_mounts(settings: Settings) -> list[Path]:
+    tf = settings.engine.tensorfold
+    mounts = [Path(settings.engine.model)]
+    if tf.drafter != "none":
+        mounts.append(Path(tf.drafter))
+    return mounts
+
+
+def docker_argv(settings: Settings, facts: FabricFacts | None, *, image_key: str | None = None) -> list[str]:
+    """``docker run …`` for this rank: host network and IPC, GPUs, RDMA devices, locked memory.
+
+    The model (and a drafter directory) are mounted read-only at the same path, so the command is
+    the same as on the host; the kernel cache is mounted at ``/cache``. ``--init`` forwards
+    ``docker stop``'s SIGTERM to the rank (a Python PID 1 would ignore it); ``--pull never``
+    fails at once on a missing image instead of reaching for a registry.
+    """
+    tf = settings.engine.tensorfold
+    argv = [DOCKER, "run", "--rm", "--init", "--pull", "never", "--name", tf.container_name]
+    argv += ["--network", "host", "--ipc", "host", "--gpus", "all", "--device", "/dev/infiniband"]
+    argv += ["--ulimit", "memlock=-1", "--ulimit", f"stack={STACK_BYTES}", "--cap-add", "IPC_LOCK"]
+    argv += ["--shm-size", tf.shm_size]
+    for path in _read_only_mounts(settings):
+        argv += ["-v", f"{path}:{path}:ro"]
+    argv += ["-v", f"{kernel_cache_dir(settings, image_key)}:{CONTAINER_CACHE}"]
+    for name, value in sorted(rank_environment(settings, facts, CONTAINER_CACHE).items()):
+        argv += ["-e", f"{name}={value}"]
+    return [*argv, tf.image, *rank_command(settings)]
+
+
+def host_argv(settings: Settings) -> list[str]:
+    """The host launcher runs the rank's command itself (``tensorfold`` installed on the host)."""
+    return rank_command(settings)
+
+
+def docker_stop_argv(settings: Settings, timeout_s: float | None = None) -> list[str]:
+    tf = settings.engine.tensorfold
+    seconds = tf.stop_timeout_s if timeout_s is None else timeout_s
+    return [DOCKER, "stop", "-t", str(round(seconds)), tf.container_name]
+
+
+def docker_remove_argv(settings: Settings) -> list[str]:
+    """Removes a leftover container of the same name (a crashed supervisor's) before a start."""
+    return [DOCKER, "rm", "-f", settings.engine.tensorfold.container_name]
+
+
+def image_label_argv(settings: Settings) -> list[str]:
+    """Reads the image's series hash label (:data:`sparkfold.image.patches.LABEL`)."""
+    template = "{{index .Config.Labels " + f'"{LABEL}"' + "}}"
+    return [DOCKER, "image", "inspect", "--format", template, settings.engine.tensorfold.image]
+
+
+def _health_url(settings: Settings) -> str | None:
+    if settings.node.rank != 0:
+        return None
+    return f"{settings.engine_url}/health"
+
+
+def launch_plan(settings: Settings, facts: FabricFacts | None, *, image_key: str | None = None) -> LaunchPlan:
+    """Everything needed to run, watch and stop this node's rank."""
+    tf = settings.engine.tensorfold
+    cache = kernel_cache_dir(settings, image_key)
+    if tf.launcher == "docker":
+        argv = docker_argv(settings, facts, image_key=image_key)
+        rank_env = rank_environment(settings, facts, CONTAINER_CACHE)
+        env: dict[str, str] = {}
+        container: str | None = tf.container_name
+    else:
+        argv = host_argv(settings)
+        rank_env = env = rank_environment(settings, facts, cache)
+        container = None
+    return LaunchPlan(
+        rank=settings.node.rank,
+        launcher=tf.launcher,
+        argv=tuple(argv),
+        env=env,
+        command=tuple(rank_command(settings)),
+        rank_env=rank_env,
+        container=container,
+        health_url=_health_url(settings),
+        directories=(cache,),
+        ready_timeout_s=tf.ready_timeout_s,
+        stop_timeout_s=tf.stop_timeout_s,
+    )
+
+
+# --- readiness and progress, read from the rank's output and /health --------------------------
+
+
+def follower_ready_s(line: str) -> float | None:
+    """Seconds from rank 1's ``[tensorfold] rank 1 ready in X s, following rank 0``; else None."""
+    match = _FOLLOWER_READY.search(line)
+    return float(match.group(2)) if match else None
+
+
+def serving_line(line: str) -> ServingLine | None:
+    """Rank 0's serving line (it binds its port right after printing it); else None."""
+    match = _SERVING.search(line)
+    if match is None:
+        return None
+    return ServingLine(match["name"], match["url"], match["backend"], int(match["world"]))
+
+
+def health_is_ready(body: Any) -> bool:
+    """Rank 0 is ready when ``GET /health`` answers a JSON object with ``"ok": true``."""
+    return isinstance(body, dict) and body.get("ok") is True
+
+
+def progress_note(line: str) -> str | None:
+    """A short progress note for the lines that say where a slow start stands; else None."""
+    for pattern, note in _PROGRESS:
+        match = pattern.search(line)
+        if match:
+            return note.format(*match.groups())
+    return None
