@@ -73,7 +73,9 @@ def _check_route(settings: Settings, report: Report, run: Runner) -> str | None:
     dev, source = route["dev"], route.get("prefsrc", "")
     report.facts.update(netdev=dev, address=source, peer=str(peer))
     if route.get("type") == "local" or dev == "lo":
-        report.add(Check("route", False, f"{peer} is this node's own address", "set fabric.peer to the OTHER end"))
+        report.add(
+            Check("route", False, f"{peer} is this node's own address", "set fabric.peer to the OTHER end")
+        )
         return None
     if "gateway" in route:
         report.add(
@@ -81,7 +83,8 @@ def _check_route(settings: Settings, report: Report, run: Runner) -> str | None:
                 "route",
                 False,
                 f"{peer} is reached through the gateway {route['gateway']} on {dev}, not over a direct link",
-                "address the link netdevs of both nodes in one subnet, or set fabric.peer to the peer's link address",
+                "address the link netdevs of both nodes in one subnet,"
+                " or set fabric.peer to the peer's link address",
             )
         )
         return None
@@ -90,7 +93,8 @@ def _check_route(settings: Settings, report: Report, run: Runner) -> str | None:
             Check(
                 "route",
                 False,
-                f"{peer} is reached over {dev} from {source or 'no address'}, not from fabric.address {address}",
+                f"{peer} is reached over {dev} from {source or 'no address'},"
+                f" not from fabric.address {address}",
                 "put fabric.address on the link netdev, or correct fabric.address / fabric.peer",
             )
         )
@@ -113,7 +117,9 @@ def _link_mtu(dev: str, run: Runner) -> int | None:
 def _check_mtu(settings: Settings, dev: str, report: Report, run: Runner) -> int | None:
     mtu = _link_mtu(dev, run)
     if mtu is None:
-        report.add(Check("mtu", False, f"cannot read the MTU of {dev}", f"check `ip link show dev {dev}` works"))
+        report.add(
+            Check("mtu", False, f"cannot read the MTU of {dev}", f"check `ip link show dev {dev}` works")
+        )
         return None
     report.facts["mtu"] = mtu
     want = settings.fabric.mtu
@@ -123,7 +129,8 @@ def _check_mtu(settings: Settings, dev: str, report: Report, run: Runner) -> int
                 "mtu",
                 False,
                 f"{dev} has MTU {mtu}, fabric.mtu is {want}",
-                f"set MTU {want} on the link netdev of BOTH nodes (ip link set {dev} mtu {want}), or change fabric.mtu",
+                f"set MTU {want} on the link netdev of BOTH nodes (ip link set {dev} mtu {want}),"
+                " or change fabric.mtu",
             )
         )
         return None
@@ -143,7 +150,8 @@ def _check_ping(settings: Settings, dev: str, mtu: int, report: Report, run: Run
             "ping",
             False,
             f"a {mtu}-byte unfragmentable ping from {dev} to {peer} failed",
-            "check the cable, that the peer's link netdev is up with the same MTU, and that no firewall drops ICMP",
+            "check the cable, that the peer's link netdev is up with the same MTU,"
+            " and that no firewall drops ICMP",
         )
     )
 
@@ -171,7 +179,9 @@ def _check_rdma(settings: Settings, dev: str, sysfs: Path, report: Report) -> No
             break
     if found is None:
         what = f"RDMA device {', '.join(hcas)} has" if hcas else f"{dev} has no RDMA device and"
-        report.add(Check("rdma", False, f"no RoCE device or RoCE v2 GID for the link: {what} no RoCE v2 GID", hint))
+        report.add(
+            Check("rdma", False, f"no RoCE device or RoCE v2 GID for the link: {what} no RoCE v2 GID", hint)
+        )
         return
     hca, index = found
     report.facts.update(rdma_devices=[hca], gid_index=index)
@@ -181,7 +191,8 @@ def _check_rdma(settings: Settings, dev: str, sysfs: Path, report: Report) -> No
             Check(
                 "rdma",
                 False,
-                f"fabric.gid_index is {configured_gid}, but the RoCE v2 GID of {address} on {hca} is {index}",
+                f"fabric.gid_index is {configured_gid},"
+                f" but the RoCE v2 GID index of {address} on {hca} is {index}",
                 "remove fabric.gid_index (discovered at start) or set it to the found index",
             )
         )
@@ -206,7 +217,9 @@ def discover(
     report = Report()
     if settings.fabric.peer is None:
         report.add(
-            Check("route", False, "fabric.peer is not set", "set fabric.peer to the other node's link address")
+            Check(
+                "route", False, "fabric.peer is not set", "set fabric.peer to the other node's link address"
+            )
         )
         return report
     dev = _check_route(settings, report, run)

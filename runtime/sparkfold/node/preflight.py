@@ -63,7 +63,9 @@ def _os_release(root: Path) -> dict[str, str]:
 def _check_os(root: Path) -> Check:
     release = _os_release(root)
     if not release:
-        return Check("os", False, "no /etc/os-release", "run sparkfold on Debian 12+ or Ubuntu 22.04+ (DGX OS)")
+        return Check(
+            "os", False, "no /etc/os-release", "run sparkfold on Debian 12+ or Ubuntu 22.04+ (DGX OS)"
+        )
     family = {release.get("ID", "")} | set(release.get("ID_LIKE", "").split())
     name = release.get("PRETTY_NAME", release.get("ID", "unknown"))
     if family & set(SUPPORTED_OS):
@@ -146,7 +148,9 @@ def _check_gpu(run: Runner) -> Check:
 def _check_docker(run: Runner) -> Check:
     result = run(["docker", "info", "--format", "{{json .Runtimes}}"])
     if result.returncode == 127:
-        return Check("docker", False, "docker not found", "install Docker Engine and the NVIDIA Container Toolkit")
+        return Check(
+            "docker", False, "docker not found", "install Docker Engine and the NVIDIA Container Toolkit"
+        )
     if result.returncode != 0:
         return Check(
             "docker",
