@@ -17,6 +17,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
+# Until the engine and the gateway are in this checkout, the service and verify stages cannot run.
+SERVING = all((REPO / f"runtime/sparkfold/commands/{n}_cmd.py").is_file() for n in ("engine", "api"))
+SITE = ("site.yml",) if SERVING else ("site.yml", "--skip-tags", "service,verify")
 
 
 def timed(*args: str) -> tuple[float, str]:
@@ -37,14 +40,14 @@ def main() -> None:
     args = parser.parse_args()
     timed("playbooks/teardown.yml")
     testbed, _ = timed("playbooks/testbed.yml")
-    fresh, fresh_recap = timed("site.yml")
-    noop, noop_recap = timed("site.yml")
+    fresh, fresh_recap = timed(*SITE)
+    noop, noop_recap = timed(*SITE)
     if not args.keep:
         timed("playbooks/teardown.yml")
     rows = [
         ("testbed up (cached rootfs)", testbed, ""),
-        ("site.yml, fresh pair", fresh, fresh_recap),
-        ("site.yml, no-op re-run", noop, noop_recap),
+        (f"{' '.join(SITE)}, fresh pair", fresh, fresh_recap),
+        (f"{' '.join(SITE)}, no-op re-run", noop, noop_recap),
     ]
     print("| run | wall s | recap |\n| --- | ---: | --- |")
     for name, wall, recap in rows:

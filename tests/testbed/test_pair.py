@@ -109,8 +109,12 @@ def _health() -> dict:
 
 
 def _peer_lost() -> bool:
+    # The head's rank reports its peer lost, then exits (peer_timeout_s) and systemd restarts it; a
+    # poll may land in either window, so an engine that is down counts too, as long as health is not ok.
     health = _health()
-    return health.get("ok") is False and (health.get("peer") or {}).get("state") == "lost"
+    peer_lost = (health.get("peer") or {}).get("state") == "lost"
+    engine_down = (health.get("engine") or {}).get("ok") is False
+    return health.get("ok") is False and (peer_lost or engine_down)
 
 
 @needs_serving
