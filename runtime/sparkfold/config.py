@@ -33,6 +33,7 @@ __all__ = [
     "ConfigError",
     "EngineSettings",
     "FabricSettings",
+    "MediaSettings",
     "NodeSettings",
     "PathSettings",
     "Settings",
@@ -102,6 +103,23 @@ class TransformersSettings(_Section):
         "float32", description="torch dtype of the weights"
     )
     threads: int = Field(0, ge=0, description="torch intra-op threads; 0 = torch's default")
+
+
+class MediaSettings(_Section):
+    """Pictures in requests to our own engines (``transformers``, ``exllamav3``)."""
+
+    remote_urls: bool = Field(False, description="fetch http(s) image/video URLs; off = data: URLs only")
+    max_images: int = Field(8, ge=0, description="images per request")
+    max_videos: int = Field(1, ge=0, description="videos per request")
+    max_image_mib: float = Field(20, gt=0, description="bytes of one encoded image")
+    max_video_mib: float = Field(64, gt=0, description="bytes of one encoded video")
+    max_image_tokens: int = Field(
+        2048, ge=16, description="tokens one picture may take (larger ones are scaled)"
+    )
+    max_video_tokens: int = Field(16_384, ge=16, description="tokens one video may take")
+    max_total_tokens: int = Field(65_536, ge=16, description="tokens all pictures of a request may take")
+    max_video_frames: int = Field(128, ge=1, description="frames sampled from one video")
+    video_fps: float = Field(2.0, gt=0, description="frames per second sampled from a video")
 
 
 class TensorfoldSettings(_Section):
@@ -188,6 +206,7 @@ class EngineSettings(_Section):
     drain_s: float = Field(30.0, ge=0, description="on SIGTERM, wait this long for in-flight requests")
     transformers: TransformersSettings = Field(default_factory=TransformersSettings)
     tensorfold: TensorfoldSettings = Field(default_factory=TensorfoldSettings)
+    media: MediaSettings = Field(default_factory=MediaSettings)
 
     @model_validator(mode="after")
     def _reply_fits(self) -> EngineSettings:

@@ -24,13 +24,21 @@ __all__ = [
     "ChatMessage",
     "Choice",
     "ChunkChoice",
+    "Completion",
+    "CompletionChoice",
     "CompletionRequest",
     "Delta",
+    "DetokenizeRequest",
+    "DetokenizeResponse",
     "EngineHealth",
     "ErrorInfo",
     "ErrorResponse",
     "FunctionCall",
+    "ModelCard",
+    "ModelList",
     "PeerState",
+    "TokenizeRequest",
+    "TokenizeResponse",
     "ToolCall",
     "Usage",
     "ignored_fields",
@@ -158,6 +166,7 @@ class CompletionRequest(_Request):
     min_p: float | None = Field(None, ge=0, le=1)
     ignore_eos: bool = False
     add_special_tokens: bool = Field(False, description="let the tokenizer add BOS and friends")
+    return_token_ids: bool = Field(False, description="add the reply's token ids to the response")
 
 
 # --- responses --------------------------------------------------------------------------------
@@ -278,6 +287,68 @@ class EngineHealth(_Wire):
     context_length: int = 0
     streams: int = 1
     peer: PeerState | None = None
+
+
+# --- completions, tokenizer, models (engine servers; vLLM field names) --------------------------
+
+
+class CompletionChoice(_Wire):
+    index: int = 0
+    text: str
+    logprobs: None = None
+    finish_reason: FinishReason | None = None
+
+
+class Completion(_Wire):
+    """``POST /v1/completions`` answer (``object`` is ``text_completion`` for chunks too)."""
+
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int = Field(default_factory=lambda: int(time.time()))
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage | None = None
+    tensorfold: dict[str, Any] | None = Field(None, description="engine stats block")
+
+
+class TokenizeRequest(_Request):
+    """``POST /tokenize``: a raw ``prompt``, or chat ``messages`` rendered by the chat template."""
+
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = None
+    add_special_tokens: bool = Field(True, description="for a prompt: let the tokenizer add BOS and friends")
+    add_generation_prompt: bool = True
+    return_token_strs: bool = Field(True, description="add each token's string")
+
+
+class TokenizeResponse(_Wire):
+    count: int
+    max_model_len: int
+    tokens: list[int]
+    token_strs: list[str] | None = None
+
+
+class DetokenizeRequest(_Request):
+    model: str | None = None
+    tokens: list[int]
+
+
+class DetokenizeResponse(_Wire):
+    prompt: str
+
+
+class ModelCard(_Wire):
+    id: str
+    object: Literal["model"] = "model"
+    created: int = Field(default_factory=lambda: int(time.time()))
+    owned_by: str = "sparkfold"
+    max_model_len: int | None = None
+
+
+class ModelList(_Wire):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
 
 
 # --- server-sent events -----------------------------------------------------------------------

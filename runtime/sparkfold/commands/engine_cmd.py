@@ -1,0 +1,34 @@
+"""``sparkfold engine --config FILE [--dry-run] [--json]``: run this node's engine rank."""
+
+from __future__ import annotations
+
+import click
+
+from sparkfold.commands._options import config_option, echo_json, json_option
+from sparkfold.config import Settings
+from sparkfold.node.supervisor import RankError, describe, run_rank
+
+
+@click.command()
+@config_option
+@click.option(
+    "--dry-run", is_flag=True, help="Print what would run (engine, model, rank, addresses); run nothing."
+)
+@json_option
+def command(settings: Settings, dry_run: bool, as_json: bool) -> None:
+    """Run this node's engine rank (rank 0 serves the engine protocol on engine.host:engine.port)."""
+    if dry_run:
+        plan = describe(settings)
+        if as_json:
+            echo_json(plan)
+        else:
+            for key, value in plan.items():
+                if isinstance(value, dict):
+                    value = ", ".join(f"{k}={v}" for k, v in value.items())
+                click.echo(f"{key:12} {value}")
+        return
+    try:
+        code = run_rank(settings)
+    except RankError as exc:
+        raise click.ClickException(str(exc)) from None
+    raise SystemExit(code)

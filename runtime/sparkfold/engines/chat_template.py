@@ -1,0 +1,83 @@
+"""Prompt rendering with the checkpoint's own chat template, in a sandboxed jinja2 environment.
+
+A chat template is code that came with the weights: it runs in
+:class:`jinja2.sandbox.ImmutableSandboxedEnvironment` (no attribute games, no mutation of the
+values it is given). :class:`ChatRenderer` is the seam: the GLM renderer in ``sparkfold.glm``
+implements the same one method, so the server never cares which family it serves.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any, NoReturn, Protocol
+
+import jinja2
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from sparkfold.protocol import ChatCompletionRequest
+
+__all__ = ["ChatRenderer", "ChatTemplateRenderer", "TemplateError"]
+
+
+class TemplateError(ValueError):
+    """The template refused the conversation (``raise_exception``) or failed to render."""
+
+
+class ChatRenderer(Protocol):
+    """Turns a chat request into the prompt text the model continues."""
+
+    def render(self, request: ChatCompletionRequest) -> str: ...
+
+
+def _raise_exception(message: str) -> NoReturn:
+    raise TemplateError(message)
+
+
+def _tojson(value: Any, indent: int | None = None) -> str:
+    return json.dumps(value, ensure_ascii=False, indent=indent)
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.now().strftime(fmt)
+
+
+class ChatTemplateRenderer:
+    """Renders a Hugging Face style chat template (``tokenizer.chat_template``).
+
+    ``special_tokens`` (``bos_token``, ``eos_token`` …) are passed to the template as variables;
+    a request's ``chat_template_kwargs`` are passed too, after ``enable_thinking`` defaults to
+    ``thinking``.
+    """
+
+    def __init__(self, template: str, special_tokens: dict[str, str], *, thinking: bool = True) -> None:
+        env = ImmutableSandboxedEnvironment(
+            trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+        )
+        env.filters["tojson"] = _tojson
+        env.globals["raise_exception"] = _raise_exception
+        env.globals["strftime_now"] = _strftime_now
+        try:
+            self._template = env.from_string(template)
+        except jinja2.TemplateError as exc:
+            raise TemplateError(f"the model's chat template does not compile: {exc}") from None
+        self._special = dict(special_tokens)
+        self._thinking = thinking
+
+    def render(self, request: ChatCompletionRequest) -> str:
+        messages = [m.model_dump(exclude_none=True) for m in request.messages]
+        variables: dict[str, Any] = {
+            **self._special,
+            "messages": messages,
+            "add_generation_prompt": True,
+            "enable_thinking": self._thinking,
+        }
+        if request.tools:
+            variables["tools"] = request.tools
+        variables.update(request.chat_template_kwargs or {})
+        try:
+            return self._template.render(variables)
+        except TemplateError:
+            raise
+        except jinja2.TemplateError as exc:
+            raise TemplateError(f"the chat template could not render these messages: {exc}") from None

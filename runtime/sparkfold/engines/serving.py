@@ -1,0 +1,337 @@
+"""Serving logic of our engine servers: requests in, text pieces and outcomes out.
+
+:class:`EngineService` validates a request against the engine (window, capacity, unsupported
+fields), renders chat prompts, runs the generator and turns token ids into text (stop strings,
+incremental decoding), keeping the counters. Client mistakes come back as :class:`ApiError`
+values; ``server.py`` maps them to HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from sparkfold.engines.chat_template import ChatRenderer, ChatTemplateRenderer
+from sparkfold.engines.generator import Generator, SamplingParams
+from sparkfold.engines.metrics import EngineCounters
+from sparkfold.engines.output import OutputParser, ParserFactory, PlainParser, TextStream, plain_parser
+from sparkfold.glm.errors import GlmError
+from sparkfold.glm.media import collect_media, require_vision
+from sparkfold.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    EngineHealth,
+    ErrorInfo,
+    ErrorResponse,
+    PeerState,
+    ignored_fields,
+)
+
+if TYPE_CHECKING:
+    from sparkfold.glm.serving import GlmChat
+
+__all__ = ["ApiError", "EngineService", "Outcome", "Prepared"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ApiError:
+    """A refused request: HTTP status plus the OpenAI error body."""
+
+    status: int
+    message: str
+    param: str | None = None
+    code: str | None = None
+    type: str = "invalid_request_error"
+
+    def body(self) -> ErrorResponse:
+        return ErrorResponse(
+            error=ErrorInfo(message=self.message, type=self.type, param=self.param, code=self.code)
+        )
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A request the engine accepted: prompt ids, sampling and text options."""
+
+    prompt_ids: list[int]
+    params: SamplingParams
+    stop: list[str] = field(default_factory=list)
+    parser: OutputParser = field(default_factory=PlainParser)
+    """Splits the reply text into deltas (chat requests; plain content otherwise)."""
+
+
+@dataclass
+class Outcome:
+    """How a generation ended."""
+
+    finish_reason: str
+    prompt_tokens: int
+    token_ids: list[int]
+    prefill_s: float
+    decode_s: float
+
+    def stats(self) -> dict[str, object]:
+        """The ``tensorfold`` stats block."""
+        digest = hashlib.sha256(",".join(map(str, self.token_ids)).encode()).hexdigest()[:16]
+        rate = (
+            (len(self.token_ids) - 1) / self.decode_s if self.decode_s > 0 and len(self.token_ids) > 1 else 0
+        )
+        return {
+            "prefill_s": round(self.prefill_s, 4),
+            "decode_s": round(self.decode_s, 4),
+            "decode_tok_s": round(rate, 2),
+            "cached": 0,
+            "rounds": 0,
+            "drafted": 0,
+            "accepted": 0,
+            "token_sha": digest,
+        }
+
+
+class EngineService:
+    """The engine protocol's logic over one :class:`Generator`.
+
+    ``renderer`` and ``parser_factory`` default to the checkpoint's chat template and plain
+    content; a GLM model brings ``glm`` (the generator's ``glm`` attribute by default) and then
+    prompts, reasoning, tool calls, structured outputs and pictures follow ``sparkfold.glm``;
+    ``peer_state`` (from the node supervisor) fills ``/health``'s peer block.
+    """
+
+    def __init__(
+        self,
+        generator: Generator,
+        *,
+        served_name: str,
+        max_tokens: int,
+        seed: int = 0,
+        thinking: bool = True,
+        renderer: ChatRenderer | None = None,
+        parser_factory: ParserFactory = plain_parser,
+        stop_token_ids: frozenset[int] = frozenset(),
+        peer_state: Callable[[], PeerState | None] | None = None,
+        glm: GlmChat | None = None,
+    ) -> None:
+        self.generator = generator
+        self.served_name = served_name
+        self.max_tokens = max_tokens
+        self.seed = seed
+        self.parser_factory = parser_factory
+        self.stop_token_ids = stop_token_ids
+        self.peer_state = peer_state or (lambda: None)
+        self.glm = glm if glm is not None else getattr(generator, "glm", None)
+        if self.glm is not None:  # GLM: prompts, reasoning, tool calls, grammar, pictures
+            renderer = renderer or self.glm
+            self.parser_factory = self.glm.parser_for
+            self.stop_token_ids = stop_token_ids | self.glm.stop_token_ids
+        if renderer is None and generator.chat_template:
+            renderer = ChatTemplateRenderer(
+                generator.chat_template, generator.special_tokens, thinking=thinking
+            )
+        self.renderer = renderer
+        self.counters = EngineCounters()
+        self.ready = True
+        """False until the supervisor's start-up probe answered: ``/health`` says ``ok`` only then."""
+
+    # --- admission ------------------------------------------------------------------------------
+
+    def _check_common(self, request: ChatCompletionRequest | CompletionRequest) -> ApiError | None:
+        if request.model and request.model != self.served_name:
+            return ApiError(
+                404,
+                f"The model `{request.model}` does not exist; this server serves `{self.served_name}`.",
+                "model",
+                "model_not_found",
+            )
+        if request.n not in (None, 1):
+            return ApiError(400, "n must be 1 (this server returns one choice)", "n")
+        if request.logprobs:
+            return ApiError(400, "logprobs is not supported by this engine; remove it", "logprobs")
+        extra = ignored_fields(request)
+        if extra:
+            log.info("ignored request fields: %s", ", ".join(extra))
+        return None
+
+    def prepare_chat(self, request: ChatCompletionRequest) -> Prepared | ApiError:
+        error = self._check_common(request)
+        if error:
+            return error
+        if self.glm is not None:
+            return self._prepare_glm(request, self.glm)
+        try:  # a model without a vision tower refuses pictures rather than ignoring them
+            require_vision(collect_media(request.messages), has_vision=False, model=self.served_name)
+        except GlmError as exc:
+            return ApiError(exc.status, exc.message, exc.param)
+        for name in ("guided_json", "guided_regex", "guided_choice", "guided_grammar"):
+            if getattr(request, name) is not None:
+                return ApiError(400, f"{name} (structured output) is not supported by this engine", name)
+        if request.response_format and request.response_format.get("type", "text") != "text":
+            return ApiError(
+                400, "response_format other than text is not supported by this engine", "response_format"
+            )
+        if self.renderer is None:
+            return ApiError(400, "this model has no chat template; use /v1/completions", "messages")
+        try:  # a renderer or parser refuses a request with a ValueError; ``param`` names the field
+            prompt = self.renderer.render(request)
+            parser = self.parser_factory(request)
+        except ValueError as exc:
+            return ApiError(400, str(exc), getattr(exc, "param", None) or "messages")
+        ids = self.generator.encode(prompt, add_special_tokens=False)
+        prepared = self._admit(ids, request.reply_budget, request, "messages")
+        return prepared if isinstance(prepared, ApiError) else replace(prepared, parser=parser)
+
+    def _prepare_glm(self, request: ChatCompletionRequest, glm: GlmChat) -> Prepared | ApiError:
+        """Render, load pictures and compile the structured-output grammar (``sparkfold.glm``)."""
+        try:
+            turn = glm.prepare(request)
+        except GlmError as exc:
+            return ApiError(exc.status, exc.message, exc.param)
+        if turn.vision and getattr(self.generator, "tp", 1) > 1:
+            return ApiError(
+                400, "pictures need an engine with tp = 1; remove the image/video parts", "messages"
+            )
+        ids = self.generator.encode(turn.prompt, add_special_tokens=False)
+        prepared = self._admit(ids, request.reply_budget, request, "messages")
+        if isinstance(prepared, ApiError):
+            return prepared
+        params = replace(prepared.params, constraint=turn.matcher, prefill_inputs=turn.vision or None)
+        return replace(prepared, params=params, parser=turn.parser())
+
+    def prepare_completion(self, request: CompletionRequest) -> Prepared | ApiError:
+        error = self._check_common(request)
+        if error:
+            return error
+        if request.echo:
+            return ApiError(400, "echo is not supported by this engine; remove it", "echo")
+        if isinstance(request.prompt, str):
+            ids = self.generator.encode(request.prompt, add_special_tokens=request.add_special_tokens)
+        else:
+            ids = list(request.prompt)
+            bad = self.invalid_token_ids(ids)
+            if bad:
+                return ApiError(400, bad, "prompt")
+        return self._admit(ids, request.max_tokens, request, "prompt")
+
+    def invalid_token_ids(self, ids: list[int]) -> str | None:
+        """Why ``ids`` are not token ids of this model, or None."""
+        vocab = self.generator.vocab_size
+        if all(0 <= i < vocab for i in ids):
+            return None
+        return f"token ids must be between 0 and {vocab - 1} (this model's vocabulary)"
+
+    def _admit(
+        self,
+        ids: list[int],
+        budget: int | None,
+        request: ChatCompletionRequest | CompletionRequest,
+        prompt_field: str,
+    ) -> Prepared | ApiError:
+        window = self.generator.context_length
+        if not ids:
+            return ApiError(400, "the prompt is empty", prompt_field)
+        if budget is None:
+            budget = min(self.max_tokens, window - len(ids))
+        if len(ids) + max(budget, 1) > window:
+            return ApiError(
+                400,
+                f"This server's maximum context length is {window} tokens. However, you requested "
+                f"{len(ids) + budget} tokens ({len(ids)} in the messages, {budget} in the completion). "
+                "Please reduce the length of the messages or completion.",
+                prompt_field,
+                "context_length_exceeded",
+            )
+        if self.counters.requests_running >= self.generator.parallel:
+            return ApiError(
+                503,
+                f"the engine is at capacity ({self.generator.parallel} requests); retry",
+                None,
+                "capacity",
+                "server_error",
+            )
+        params = SamplingParams(
+            max_tokens=budget,
+            temperature=1.0 if request.temperature is None else request.temperature,
+            top_p=1.0 if request.top_p is None else request.top_p,
+            top_k=max(request.top_k or 0, 0),
+            min_p=request.min_p or 0.0,
+            seed=self.seed if request.seed is None else request.seed,
+            ignore_eos=request.ignore_eos,
+            stop_token_ids=self.stop_token_ids,
+        )
+        stop = [request.stop] if isinstance(request.stop, str) else list(request.stop or [])
+        return Prepared(ids, params, stop)
+
+    # --- generation -----------------------------------------------------------------------------
+
+    async def run(self, prepared: Prepared) -> AsyncIterator[str | Outcome]:
+        """Text pieces as they become final, then one :class:`Outcome`.
+
+        Leaving the iteration early (client gone) cancels the generation.
+        """
+        counters, generator = self.counters, self.generator
+        cancel = threading.Event()
+        text = TextStream(generator.decode, prepared.stop)
+        ids: list[int] = []
+        finish = "length"
+        started = time.monotonic()
+        first = started
+        counters.started(len(prepared.prompt_ids))
+        tokens = generator.generate(prepared.prompt_ids, prepared.params, cancel)
+        try:
+            async for token in tokens:
+                if not ids:
+                    first = time.monotonic()
+                ids.append(token)
+                counters.token()
+                ended = token in generator.eos_token_ids and not prepared.params.ignore_eos
+                if ended or token in prepared.params.stop_token_ids:
+                    finish = "stop"
+                    break
+                piece = text.push(token)
+                if piece:
+                    yield piece
+                if text.stopped:
+                    finish = "stop"
+                    break
+            tail = text.flush()
+            if tail:
+                yield tail
+        except (GeneratorExit, asyncio.CancelledError):
+            finish = "abort"  # the client left
+            raise
+        except Exception:
+            finish = "error"
+            raise
+        finally:
+            cancel.set()
+            await tokens.aclose()
+            now = time.monotonic()
+            counters.finished(finish, first - started, now - first if ids else 0.0)
+        yield Outcome(finish, len(prepared.prompt_ids), ids, first - started, now - first)
+
+    # --- status ---------------------------------------------------------------------------------
+
+    def health(self) -> EngineHealth:
+        peer = self.peer_state()
+        c = self.counters
+        return EngineHealth(
+            ok=self.ready and self.generator.healthy() and (peer is None or peer.state != "lost"),
+            backend=self.generator.backend,
+            busy=c.requests_running > 0,
+            requests_running=c.requests_running,
+            requests_total=c.requests_total,
+            prompt_tokens_total=c.prompt_tokens_total,
+            completion_tokens_total=c.completion_tokens_total,
+            prefill_seconds_total=round(c.prefill_seconds_total, 6),
+            decode_seconds_total=round(c.decode_seconds_total, 6),
+            context_length=self.generator.context_length,
+            streams=self.generator.parallel,
+            peer=peer,
+        )

@@ -1,0 +1,423 @@
+"""The ``transformers`` engine: a Hugging Face causal LM on CPU, one or two ranks.
+
+:func:`load` resolves the model (a local HF directory, a ``.gguf`` file, or the demo name
+``smollm2``), loads it, and for ``tp = 2`` splits its MLPs across the ranks. Rank 0 gets a
+:class:`TransformersGenerator` (the :class:`~sparkfold.engines.generator.Generator` the server
+uses); rank 1 gets a :class:`ModelRunner` and calls :meth:`ModelRunner.follow`.
+
+Scheduling: one engine thread owns the model. Up to ``parallel`` requests are active, each with
+its own KV cache; the thread runs one step (prefill, then one token) of each in turn, so
+requests interleave while every forward stays a batch of one: a request's tokens are exactly
+what it would get alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import queue
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from sparkfold.config import EngineSettings
+from sparkfold.engines.generator import CapacityError, EngineFailure, SamplingParams
+from sparkfold.engines.models import ModelSource, resolve_model
+from sparkfold.engines.sampling import sample
+from sparkfold.engines.tensor_parallel import Link, Op, Rendezvous, meet, split_mlps
+
+__all__ = ["Loaded", "ModelRunner", "TransformersGenerator", "load"]
+
+log = logging.getLogger(__name__)
+
+KEEPALIVE_S = 60.0  # an idle rank 0 sends rank 1 a no-op this often (gloo ops time out otherwise)
+
+
+def _is_glm_checkpoint(source: ModelSource) -> bool:
+    from sparkfold.glm.serving import is_glm_model
+
+    config = Path(source.path) / "config.json"
+    if source.gguf_file or not config.is_file():
+        return False
+    return is_glm_model(json.loads(config.read_text(encoding="utf-8")))
+
+
+def _load_weights(settings: EngineSettings, source: ModelSource) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
+
+    extra = {"gguf_file": source.gguf_file} if source.gguf_file else {}
+    tokenizer = AutoTokenizer.from_pretrained(source.path, **extra)
+    auto = AutoModelForImageTextToText if _is_glm_checkpoint(source) else AutoModelForCausalLM
+    model = auto.from_pretrained(source.path, dtype=getattr(torch, settings.transformers.dtype), **extra)
+    model.eval()
+    return model, tokenizer
+
+
+def _glm_chat(settings: EngineSettings, source: ModelSource, model: Any, tokenizer: Any) -> Any:
+    """The GLM protocol for a GLM checkpoint (``sparkfold.glm.serving.GlmChat``), else ``None``."""
+    from sparkfold.glm.media import MediaLimits
+    from sparkfold.glm.serving import GlmChat, is_glm_model
+
+    if not is_glm_model(model.config):
+        return None
+    has_vision = getattr(model.config, "vision_config", None) is not None
+    image_processor = video_processor = None
+    if has_vision:
+        from transformers import AutoImageProcessor
+
+        image_processor = AutoImageProcessor.from_pretrained(source.path)
+        try:
+            from transformers import AutoVideoProcessor
+
+            video_processor = AutoVideoProcessor.from_pretrained(source.path)
+        except (ImportError, ValueError, OSError) as exc:  # torchvision missing: images only
+            log.warning("video input disabled: %s", str(exc).strip().splitlines()[0])
+    text = getattr(model.config, "text_config", model.config)
+    return GlmChat(
+        tokenizer,
+        model_dir=source.path,
+        vocab_size=text.vocab_size,
+        image_processor=image_processor,
+        video_processor=video_processor,
+        has_vision=has_vision,
+        limits=MediaLimits.from_settings(settings.media),
+        default_thinking=settings.thinking,
+        model_name=settings.served_name,
+    )
+
+
+def _constrained(logits: torch.Tensor, constraint: Any, last: int | None) -> torch.Tensor:
+    """``logits`` with the tokens ``constraint`` forbids set to -inf (``last`` is fed to it first)."""
+    from sparkfold.glm.grammar import allocate_bitmask, apply_bitmask
+
+    if last is not None and not constraint.is_terminated():
+        constraint.accept_token(last)
+    mask = allocate_bitmask(constraint.vocab_size)
+    if not constraint.fill_bitmask(mask, 0):
+        return logits
+    masked = logits.clone().unsqueeze(0)
+    apply_bitmask(masked, mask)
+    return masked[0]
+
+
+class ModelRunner:
+    """Forwards with one KV cache per slot; on two ranks, rank 0 announces each step to rank 1."""
+
+    def __init__(self, model: Any, link: Link | None = None) -> None:
+        self.model = model
+        self.link = link
+        self._caches: dict[int, Any] = {}
+
+    def open(self, slot: int) -> None:
+        from transformers import DynamicCache
+
+        if self.link and self.link.rank == 0:
+            self.link.send_step(Op.OPEN, slot)
+        self._caches[slot] = DynamicCache(config=self.model.config)
+
+    def close(self, slot: int) -> None:
+        if self.link and self.link.rank == 0:
+            self.link.send_step(Op.CLOSE, slot)
+        self._caches.pop(slot, None)
+
+    def keepalive(self) -> None:
+        if self.link:
+            self.link.send_step(Op.NOOP)
+
+    def stop(self) -> None:
+        if self.link:
+            self.link.send_step(Op.STOP)
+
+    @torch.inference_mode()
+    def forward(self, slot: int, ids: Sequence[int], extra: Mapping[str, Any] | None = None) -> torch.Tensor:
+        """Feed ``ids`` (and ``extra`` inputs, e.g. pixels) into ``slot``'s cache; the next-token logits."""
+        if self.link and self.link.rank == 0:
+            if extra:
+                raise EngineFailure("extra model inputs (pictures) need tp = 1")
+            self.link.send_step(Op.FORWARD, slot, list(ids))
+        inputs = torch.tensor([list(ids)], dtype=torch.long)
+        out = self.model(
+            input_ids=inputs, cache=self._caches[slot], use_cache=True, logits_to_keep=1, **(extra or {})
+        )
+        return out.logits[0, -1]
+
+    @torch.inference_mode()
+    def follow(self) -> None:
+        """Rank 1: mirror rank 0's steps until it says stop. Raises :class:`EngineFailure`."""
+        from transformers import DynamicCache
+
+        assert self.link is not None and self.link.rank == 1
+        decoder = self.model.get_decoder()  # rank 1 never needs logits
+        while True:
+            try:
+                op, slot, ids = self.link.receive_step()
+            except RuntimeError as exc:
+                raise EngineFailure(f"lost rank 0: {exc}") from exc
+            if op is Op.STOP:
+                return
+            if op is Op.OPEN:
+                self._caches[slot] = DynamicCache(config=self.model.config)
+            elif op is Op.CLOSE:
+                self._caches.pop(slot, None)
+            elif op is Op.FORWARD:
+                inputs = torch.tensor([ids], dtype=torch.long)
+                decoder(input_ids=inputs, cache=self._caches[slot], use_cache=True)
+
+
+@dataclass(eq=False)
+class _Job:
+    prompt: list[int]
+    params: SamplingParams
+    cancel: threading.Event
+    emit: Callable[[int | BaseException | None], None]
+    slot: int = -1
+    produced: int = 0
+    last: int | None = None
+    rng: torch.Generator | None = field(default=None, repr=False)
+
+
+class TransformersGenerator:
+    """Rank 0's generator: requests in, token ids out, one engine thread."""
+
+    backend = "transformers"
+
+    def __init__(
+        self,
+        runner: ModelRunner,
+        tokenizer: Any,
+        *,
+        context_length: int,
+        parallel: int,
+        on_fatal: Callable[[str], None] | None = None,
+        glm: Any = None,
+    ) -> None:
+        self._runner = runner
+        self.tp = 2 if runner.link is not None else 1
+        self.glm = glm
+        """``sparkfold.glm.serving.GlmChat`` for a GLM checkpoint (the server then speaks GLM)."""
+        self._tokenizer = tokenizer
+        self.context_length = context_length
+        self.parallel = parallel
+        self._on_fatal = on_fatal
+        self.chat_template: str | None = getattr(tokenizer, "chat_template", None)
+        self.special_tokens = {
+            name: value
+            for name in ("bos_token", "eos_token", "pad_token", "unk_token")
+            if isinstance(value := getattr(tokenizer, name, None), str)
+        }
+        self.eos_token_ids = _eos_ids(runner.model, tokenizer)
+        self.vocab_size = int(runner.model.get_input_embeddings().num_embeddings)
+        self._inbox: queue.Queue[_Job | None] = queue.Queue()
+        self._free = list(range(parallel))
+        self._fatal: str | None = None
+        self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
+        self._thread.start()
+
+    # --- tokenizer ------------------------------------------------------------------------------
+
+    def encode(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
+        return list(self._tokenizer.encode(text, add_special_tokens=add_special_tokens))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return str(self._tokenizer.decode(list(ids), skip_special_tokens=False))
+
+    def token_strs(self, ids: Sequence[int]) -> list[str]:
+        return list(self._tokenizer.convert_ids_to_tokens(list(ids)))
+
+    # --- generation -----------------------------------------------------------------------------
+
+    def healthy(self) -> bool:
+        return self._fatal is None and self._thread.is_alive()
+
+    async def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams, cancel: threading.Event
+    ) -> AsyncIterator[int]:
+        if self._fatal is not None:
+            raise EngineFailure(self._fatal)
+        loop = asyncio.get_running_loop()
+        items: asyncio.Queue[int | BaseException | None] = asyncio.Queue()
+
+        def emit(item: int | BaseException | None) -> None:
+            try:
+                loop.call_soon_threadsafe(items.put_nowait, item)
+            except RuntimeError:  # the event loop is gone: nobody is listening any more
+                cancel.set()
+
+        self._inbox.put(_Job(list(prompt_ids), params, cancel, emit))
+        try:
+            while True:
+                item = await items.get()
+                if item is None:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            cancel.set()
+
+    def close(self) -> None:
+        """Stop the engine thread (cancelling what still runs) and release rank 1."""
+        self._inbox.put(None)
+        self._thread.join(timeout=30)
+
+    # --- the engine thread ----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        active: list[_Job] = []
+        try:
+            while True:
+                if not active:
+                    try:
+                        job = self._inbox.get(timeout=KEEPALIVE_S)
+                    except queue.Empty:
+                        self._runner.keepalive()
+                        continue
+                    if job is None:
+                        break
+                    self._admit(job, active)
+                stopping = False
+                while True:
+                    try:
+                        job = self._inbox.get_nowait()
+                    except queue.Empty:
+                        break
+                    if job is None:
+                        stopping = True
+                        break
+                    self._admit(job, active)
+                if stopping:
+                    for job in active:
+                        self._finish(job, active, None)
+                    break
+                for job in list(active):
+                    try:
+                        self._step(job, active)
+                    except Exception as exc:
+                        if self._runner.link is not None:
+                            raise  # the ranks may be out of step now: stop, the supervisor exits
+                        log.exception("request failed")
+                        self._finish(job, active, exc)
+            self._runner.stop()
+        except Exception as exc:
+            self._fail(f"engine stopped: {exc}", active)
+
+    def _admit(self, job: _Job, active: list[_Job]) -> None:
+        if not self._free:
+            job.emit(CapacityError(f"the engine runs {self.parallel} requests already"))
+            return
+        job.slot = self._free.pop()
+        if not job.params.greedy:
+            job.rng = torch.Generator().manual_seed(job.params.seed)
+        self._runner.open(job.slot)
+        active.append(job)
+
+    def _step(self, job: _Job, active: list[_Job]) -> None:
+        if job.cancel.is_set():
+            self._finish(job, active, None)
+            return
+        if job.last is None:  # the prompt, with its pictures
+            logits = self._runner.forward(job.slot, job.prompt, job.params.prefill_inputs)
+        else:
+            logits = self._runner.forward(job.slot, [job.last])
+        if job.params.constraint is not None:
+            logits = _constrained(logits, job.params.constraint, job.last)
+        token = sample(logits, job.params, job.rng)
+        job.produced += 1
+        job.last = token
+        job.emit(token)
+        params = job.params
+        ended = (token in self.eos_token_ids and not params.ignore_eos) or token in params.stop_token_ids
+        if ended or job.produced >= params.max_tokens:
+            self._finish(job, active, None)
+
+    def _finish(self, job: _Job, active: list[_Job], error: BaseException | None) -> None:
+        active.remove(job)
+        self._runner.close(job.slot)
+        self._free.append(job.slot)
+        job.emit(error)
+
+    def _fail(self, message: str, active: list[_Job]) -> None:
+        log.error("%s", message)
+        self._fatal = message
+        for job in active:
+            job.emit(EngineFailure(message))
+        while True:  # answer what is still queued
+            try:
+                queued = self._inbox.get_nowait()
+            except queue.Empty:
+                break
+            if queued is not None:
+                queued.emit(EngineFailure(message))
+        if self._on_fatal is not None:
+            self._on_fatal(message)
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:
+    ids: set[int] = set()
+    configured = getattr(model.generation_config, "eos_token_id", None)
+    if isinstance(configured, int):
+        ids.add(configured)
+    elif configured:
+        ids.update(configured)
+    if isinstance(tokenizer.eos_token_id, int):
+        ids.add(tokenizer.eos_token_id)
+    return frozenset(ids)
+
+
+@dataclass
+class Loaded:
+    """What :func:`load` hands back: rank 0 serves ``generator``; rank 1 runs ``runner.follow()``."""
+
+    source: ModelSource
+    runner: ModelRunner
+    generator: TransformersGenerator | None
+    load_s: float
+
+
+def load(
+    settings: EngineSettings,
+    rank: int = 0,
+    meeting: Rendezvous | None = None,
+    on_fatal: Callable[[str], None] | None = None,
+) -> Loaded:
+    """Load the model; with ``tp = 2`` meet the peer first (settings check), then split and link.
+
+    Raises :class:`~sparkfold.engines.tensor_parallel.EngineMismatch` when the ranks disagree,
+    :class:`FileNotFoundError` when the model cannot be found.
+    """
+    started = time.monotonic()
+    source = resolve_model(settings.model, settings.transformers.gguf_file)
+    joined = meet(meeting, settings) if settings.tp > 1 and meeting is not None else None
+    if settings.transformers.threads:
+        torch.set_num_threads(settings.transformers.threads)
+    model, tokenizer = _load_weights(settings, source)
+    link = None
+    if joined is not None:
+        link = joined.link()
+        split_mlps(model, link)
+    runner = ModelRunner(model, link)
+    generator = None
+    if rank == 0:
+        window = getattr(model.config, "max_position_embeddings", None) or settings.context
+        if window < settings.context:
+            log.warning(
+                "engine.context %d exceeds the model's %d positions; using %d",
+                settings.context,
+                window,
+                window,
+            )
+        generator = TransformersGenerator(
+            runner,
+            tokenizer,
+            context_length=min(settings.context, window),
+            parallel=settings.parallel,
+            on_fatal=on_fatal,
+            glm=_glm_chat(settings, source, model, tokenizer),
+        )
+    return Loaded(source, runner, generator, time.monotonic() - started)

@@ -1,0 +1,39 @@
+"""Errors of the GLM protocol layer; every one is a client mistake (HTTP 400).
+
+::
+
+    GlmError                 a request the GLM layer cannot serve; .param names the field
+    ├── RenderError          messages or tools that cannot be rendered into a prompt
+    ├── GrammarError         a structured-output request xgrammar cannot compile
+    └── MediaError           a picture or video that is missing, too big, or not allowed
+
+A server maps any :class:`GlmError` to ``400`` with ``{"error": {"message", "type", "param"}}``.
+"""
+
+from __future__ import annotations
+
+__all__ = ["GlmError", "GrammarError", "MediaError", "RenderError"]
+
+
+class GlmError(ValueError):
+    """A request the GLM layer cannot serve. ``param`` names the offending request field."""
+
+    status = 400
+    type = "invalid_request_error"
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+
+class RenderError(GlmError):
+    """Messages or tools that cannot be rendered into a GLM prompt."""
+
+
+class GrammarError(GlmError):
+    """A ``response_format`` / ``guided_*`` constraint that cannot be compiled."""
+
+
+class MediaError(GlmError):
+    """An image or video part that cannot be used."""

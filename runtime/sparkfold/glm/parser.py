@@ -1,0 +1,344 @@
+"""GLM-5.3 output parsing, streaming or not: reasoning, content and tool calls.
+
+Feed decoded text (special tokens kept) as it arrives; each :meth:`OutputParser.feed` returns a
+:class:`ParsedDelta`. The rules (reference ``glm.md`` 6.2, 7, 8):
+
+* The prompt opens ``<think>`` (thinking on), so text up to ``</think>`` is reasoning; with
+  thinking off everything is content (a ``<think>`` before any content still opens reasoning).
+* ``<tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value>…</tool_call>`` is held until it
+  closes and then emitted whole, its values typed by the offered schema; meanwhile deltas are
+  empty. A call cut off by the token budget (``finish(truncated=True)``) is never emitted; a call
+  that a stop token ends without ``</tool_call>`` is complete.
+* A call written inside the think block is a call: ``<tool_call>`` ends the reasoning there
+  (what the model meant) and a later stray ``</think>`` is dropped.
+* Malformed calls seen in production are repaired where the intent is clear (missing
+  ``<arg_value>`` / ``<arg_key>`` openers, doubled closers, the JSON form ``NAME>{…}``,
+  display names like ``Weather/get_weather``); a call to a tool the request did not offer, or one
+  that cannot be read, is not returned as a call (it is kept in :attr:`OutputParser.rejected`).
+* ``<|endoftext|>``, ``<|user|>``, ``<|observation|>`` and ``<|assistant|>`` end the reply and
+  never reach the text, nor do stray call tags outside a call; leading and trailing whitespace
+  of each channel is dropped.
+
+The result does not depend on how the text is split into pieces.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sparkfold.glm.arguments import coerce_arguments
+from sparkfold.glm.tokens import STOP_TOKENS, THINK, THINK_END, TOOL_CALL, TOOL_CALL_END
+from sparkfold.protocol import Delta, ToolCallDelta
+
+__all__ = ["OutputParser", "ParsedDelta", "ParsedMessage", "ParsedToolCall", "parse_output"]
+
+_ARG_TAGS = re.compile(r"(</?arg_key>|</?arg_value>)")
+_STRAY_TAGS = (
+    TOOL_CALL_END,
+    "<arg_key>",
+    "</arg_key>",
+    "<arg_value>",
+    "</arg_value>",
+)  # dropped outside a call
+_OUTSIDE_TAGS = (THINK, THINK_END, TOOL_CALL, *STOP_TOKENS, *_STRAY_TAGS)
+_INSIDE_TAGS = (TOOL_CALL_END, TOOL_CALL, *STOP_TOKENS)
+
+
+@dataclass(frozen=True)
+class ParsedToolCall:
+    index: int
+    id: str
+    name: str
+    arguments: str  # JSON text
+
+    def wire(self) -> dict[str, Any]:
+        """The OpenAI ``tool_calls`` entry."""
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
+
+
+@dataclass
+class ParsedDelta:
+    reasoning: str = ""
+    content: str = ""
+    tool_calls: list[ParsedToolCall] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.reasoning or self.content or self.tool_calls)
+
+    def to_delta(self) -> Delta:
+        """The wire delta; an empty one carries ``content: ""`` so proxies keep the stream open."""
+        calls = [
+            ToolCallDelta(index=c.index, id=c.id, type="function", function=c.wire()["function"])
+            for c in self.tool_calls
+        ]
+        if self.empty:
+            return Delta(content="")
+        return Delta(
+            reasoning_content=self.reasoning or None, content=self.content or None, tool_calls=calls or None
+        )
+
+
+@dataclass
+class ParsedMessage:
+    reasoning: str
+    content: str
+    tool_calls: list[ParsedToolCall]
+    finish_reason: str
+
+
+class _Channel:
+    """One text channel: leading whitespace dropped, trailing whitespace held until more text."""
+
+    def __init__(self) -> None:
+        self.started = False
+        self.held = ""
+
+    def push(self, text: str) -> str:
+        if not self.started:
+            text = text.lstrip()
+            if not text:
+                return ""
+            self.started = True
+        text = self.held + text
+        kept = text.rstrip()
+        self.held = text[len(kept) :]
+        return kept
+
+    def cut(self) -> None:
+        self.held = ""
+
+
+def _partial_tag(text: str, tags: Sequence[str]) -> int:
+    """Length of the longest suffix of ``text`` that could still grow into one of ``tags``."""
+    for size in range(min(len(text), max(map(len, tags)) - 1), 0, -1):
+        suffix = text[-size:]
+        if any(tag.startswith(suffix) for tag in tags):
+            return size
+    return 0
+
+
+def _first_tag(text: str, tags: Sequence[str]) -> tuple[int, str]:
+    best, found = -1, ""
+    for tag in tags:
+        at = text.find(tag)
+        if at != -1 and (best == -1 or at < best):
+            best, found = at, tag
+    return best, found
+
+
+def _read_arguments(body: str) -> tuple[str, dict[str, str]]:
+    """Name and raw argument texts of a call body, tolerating missing openers and doubled closers."""
+    pieces = _ARG_TAGS.split(body)
+    name = pieces[0]
+    args: dict[str, str] = {}
+    key: str | None = None
+    buffer = ""
+    for piece in pieces[1:]:
+        if piece == "<arg_key>" or piece == "<arg_value>":
+            buffer = ""
+        elif piece == "</arg_key>":
+            if buffer.strip():
+                key = buffer.strip()
+            buffer = ""
+        elif piece == "</arg_value>":
+            if key is not None:
+                args[key] = buffer
+            key, buffer = None, ""
+        else:
+            buffer += piece
+    return name, args
+
+
+class OutputParser:
+    """Incremental parser for one reply. ``tools`` are the offered tools (OpenAI shape)."""
+
+    def __init__(
+        self,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        *,
+        thinking: bool = True,
+        id_factory: Callable[[], str] | None = None,
+    ) -> None:
+        self._schemas: dict[str, Any] = {}
+        for tool in tools or []:
+            function = tool.get("function") or {}
+            if function.get("name"):
+                self._schemas[str(function["name"])] = function.get("parameters") or {}
+        self._new_id = id_factory or (lambda: f"call_{uuid.uuid4().hex[:24]}")
+        self._mode = "reasoning" if thinking else "content"
+        self._channels = {"reasoning": _Channel(), "content": _Channel()}
+        self._pending = ""
+        self.finished = False
+        self.stop_token: str | None = None
+        self.tool_calls: list[ParsedToolCall] = []
+        self.rejected: list[str] = []
+        self._reasoning: list[str] = []
+        self._content: list[str] = []
+
+    # --- public -------------------------------------------------------------------------------
+
+    def feed(self, text: str) -> ParsedDelta:
+        """Parse the next piece of decoded text."""
+        delta = ParsedDelta()
+        if self.finished or not text:
+            return delta
+        self._pending += text
+        self._run(delta, final=False)
+        return delta
+
+    def finish(self, *, truncated: bool = False) -> ParsedDelta:
+        """End of generation: ``truncated`` when the token budget ran out (an open call is dropped)."""
+        delta = ParsedDelta()
+        if not self.finished:
+            if self._mode == "call":
+                if truncated:
+                    self.rejected.append(self._pending)
+                else:
+                    self._close_call(self._pending, delta)
+                self._pending = ""
+            else:
+                self._run(delta, final=True)
+        self.finished = True
+        for channel in self._channels.values():
+            channel.cut()
+        self._truncated = truncated
+        return delta
+
+    @property
+    def finish_reason(self) -> str:
+        if getattr(self, "_truncated", False):
+            return "length"
+        return "tool_calls" if self.tool_calls else "stop"
+
+    def message(self) -> ParsedMessage:
+        """Everything parsed so far, as one message."""
+        return ParsedMessage(
+            reasoning="".join(self._reasoning),
+            content="".join(self._content),
+            tool_calls=list(self.tool_calls),
+            finish_reason=self.finish_reason,
+        )
+
+    # --- internals ----------------------------------------------------------------------------
+
+    def _emit(self, mode: str, text: str, delta: ParsedDelta) -> None:
+        out = self._channels[mode].push(text)
+        if not out:
+            return
+        if mode == "reasoning":
+            delta.reasoning += out
+            self._reasoning.append(out)
+        else:
+            delta.content += out
+            self._content.append(out)
+
+    def _stop(self, tag: str) -> None:
+        self.finished = True
+        self.stop_token = tag
+        self._pending = ""
+
+    def _run(self, delta: ParsedDelta, *, final: bool) -> None:
+        while self._pending and not self.finished:
+            if self._mode == "call":
+                at, tag = _first_tag(self._pending, _INSIDE_TAGS)
+                if at == -1:
+                    return
+                body, self._pending = self._pending[:at], self._pending[at + len(tag) :]
+                self._close_call(body, delta)
+                if tag == TOOL_CALL:
+                    continue  # a new call opens without the previous one closing
+                self._mode = "content"
+                if tag in STOP_TOKENS:
+                    self._stop(tag)
+                continue
+            at, tag = _first_tag(self._pending, _OUTSIDE_TAGS)
+            if at == -1:
+                keep = 0 if final else _partial_tag(self._pending, _OUTSIDE_TAGS)
+                text = self._pending[: len(self._pending) - keep]
+                self._pending = self._pending[len(text) :]
+                self._emit(self._mode, text, delta)
+                return
+            self._emit(self._mode, self._pending[:at], delta)
+            self._pending = self._pending[at + len(tag) :]
+            self._on_tag(tag)
+
+    def _on_tag(self, tag: str) -> None:
+        if tag in STOP_TOKENS:
+            self._channels[self._mode].cut()
+            self._stop(tag)
+        elif tag == THINK_END:
+            self._channels["reasoning"].cut()
+            self._mode = "content"
+        elif tag == THINK:
+            if self._mode == "content" and not self._channels["content"].started:
+                self._mode = "reasoning"
+        elif tag == TOOL_CALL:
+            self._channels[self._mode].cut()
+            self._mode = "call"
+
+    def _close_call(self, body: str, delta: ParsedDelta) -> None:
+        call = self._read_call(body)
+        if call is None:
+            self.rejected.append(body)
+            return
+        name, arguments = call
+        parsed = ParsedToolCall(
+            index=len(self.tool_calls),
+            id=self._new_id(),
+            name=name,
+            arguments=json.dumps(arguments, ensure_ascii=False),
+        )
+        self.tool_calls.append(parsed)
+        delta.tool_calls.append(parsed)
+
+    def _resolve(self, name: str) -> str | None:
+        name = name.strip().strip(">").strip()
+        if name in self._schemas:
+            return name
+        for sep in ("/", "."):
+            tail = name.rsplit(sep, 1)[-1].strip()
+            if tail in self._schemas:
+                return tail
+        return None
+
+    def _read_call(self, body: str) -> tuple[str, dict[str, Any]] | None:
+        if _ARG_TAGS.search(body) is None and "{" in body:
+            head, brace, rest = body.partition("{")
+            name = self._resolve(head)
+            try:
+                value = json.loads(brace + rest)
+            except json.JSONDecodeError:
+                return None
+            if name is None or not isinstance(value, dict):
+                return None
+            return name, value
+        raw_name, raw_args = _read_arguments(body)
+        name = self._resolve(raw_name)
+        if name is None:
+            return None
+        return name, coerce_arguments(raw_args, self._schemas[name])
+
+
+def parse_output(
+    text: str,
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    *,
+    thinking: bool = True,
+    truncated: bool = False,
+    id_factory: Callable[[], str] | None = None,
+) -> ParsedMessage:
+    """Parse a whole reply at once (same rules as streaming)."""
+    parser = OutputParser(tools, thinking=thinking, id_factory=id_factory)
+    parser.feed(text)
+    parser.finish(truncated=truncated)
+    return parser.message()

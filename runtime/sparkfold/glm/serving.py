@@ -1,0 +1,147 @@
+"""What an engine server needs from the GLM layer, in the shapes of its seam.
+
+:class:`GlmChat` is built once per loaded GLM model; :meth:`GlmChat.prepare` turns one chat
+request into a :class:`GlmTurn`: the prompt text (pictures expanded by the model's processors),
+the vision tensors, the structured-output matcher and the parser for the reply. Every client
+mistake raises a :class:`~sparkfold.glm.errors.GlmError` (HTTP 400, ``param`` names the field).
+
+:class:`StreamParser` is the reply parser in the engine's ``OutputParser`` shape: ``feed(text)``
+and ``finish(finish_reason)`` return wire :class:`~sparkfold.protocol.Delta` lists (an empty
+delta, ``content: ""``, while a tool call is open); ``tool_calls_made`` says whether the
+finish reason becomes ``tool_calls``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from sparkfold.glm.errors import MediaError
+from sparkfold.glm.media import MediaLimits, collect_media, load_media, require_vision, vision_inputs
+from sparkfold.glm.parser import OutputParser
+from sparkfold.glm.render import PromptRenderer, RenderedPrompt
+from sparkfold.glm.tokens import STOP_TOKENS
+from sparkfold.protocol import Delta
+
+__all__ = ["GlmChat", "GlmTurn", "StreamParser", "is_glm_model"]
+
+GLM_MODEL_TYPES = frozenset({"glm5_next", "glm5_next_text", "glm_moe_dsa"})
+
+
+def is_glm_model(config: Any) -> bool:
+    """Whether a transformers config (or ``config.json`` dict) is a GLM-5.x model."""
+    if isinstance(config, Mapping):
+        return config.get("model_type") in GLM_MODEL_TYPES
+    return getattr(config, "model_type", None) in GLM_MODEL_TYPES
+
+
+class StreamParser:
+    """The GLM reply parser behind an engine's ``OutputParser`` seam."""
+
+    def __init__(self, tools: Sequence[Mapping[str, Any]] | None, *, thinking: bool) -> None:
+        self._parser = OutputParser(tools, thinking=thinking)
+        self.tool_calls_made = False
+
+    @property
+    def rejected(self) -> list[str]:
+        """Raw text of calls that were not returned (unoffered tool, unreadable)."""
+        return self._parser.rejected
+
+    def feed(self, text: str) -> list[Delta]:
+        delta = self._parser.feed(text)
+        self.tool_calls_made = self.tool_calls_made or bool(delta.tool_calls)
+        return [delta.to_delta()]
+
+    def finish(self, finish_reason: str | None = None) -> list[Delta]:
+        """End of reply; ``finish_reason == "length"`` drops a call that was cut off."""
+        delta = self._parser.finish(truncated=finish_reason == "length")
+        self.tool_calls_made = self.tool_calls_made or bool(delta.tool_calls)
+        return [] if delta.empty else [delta.to_delta()]
+
+
+@dataclass
+class GlmTurn:
+    """One prepared chat request."""
+
+    prompt: str
+    rendered: RenderedPrompt
+    vision: dict[str, Any] = field(default_factory=dict)
+    matcher: Any = None  # ConstrainedMatcher | None
+
+    def parser(self) -> StreamParser:
+        return StreamParser(self.rendered.tools, thinking=self.rendered.thinking)
+
+
+class GlmChat:
+    """The GLM protocol for one loaded model: render, constrain, see, parse."""
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        *,
+        model_dir: str | Path | None = None,
+        vocab_size: int | None = None,
+        image_processor: Any = None,
+        video_processor: Any = None,
+        has_vision: bool = False,
+        limits: MediaLimits | None = None,
+        default_thinking: bool = True,
+        model_name: str = "this model",
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.renderer = PromptRenderer.for_checkpoint(model_dir) if model_dir else PromptRenderer()
+        self.vocab_size = vocab_size
+        self.image_processor = image_processor
+        self.video_processor = video_processor
+        self.has_vision = has_vision
+        self.limits = limits or MediaLimits()
+        self.default_thinking = default_thinking
+        self.model_name = model_name
+
+    @cached_property
+    def grammar(self) -> Any:
+        from sparkfold.glm.grammar import GrammarCompiler
+
+        return GrammarCompiler(self.tokenizer, vocab_size=self.vocab_size)
+
+    @cached_property
+    def stop_token_ids(self) -> frozenset[int]:
+        """Ids that end a reply (``<|assistant|>`` included): the engine must stop on all of them."""
+        vocab = self.tokenizer.get_vocab()
+        return frozenset(vocab[t] for t in STOP_TOKENS if t in vocab)
+
+    def parser_for(self, request: Any) -> StreamParser:
+        """The reply parser of ``request`` (the engine's ``ParserFactory`` seam)."""
+        rendered = self.renderer.render_request(request, default_thinking=self.default_thinking)
+        return StreamParser(rendered.tools, thinking=rendered.thinking)
+
+    def render(self, request: Any) -> str:
+        """The prompt text alone (the engine's ``ChatRenderer`` seam; ``/tokenize``)."""
+        return self.renderer.render_request(request, default_thinking=self.default_thinking).text
+
+    def prepare(self, request: Any) -> GlmTurn:
+        """Render, load pictures, compile the constraint. Raises :class:`GlmError` (400)."""
+        from sparkfold.glm.grammar import constraint_from_request
+
+        rendered = self.renderer.render_request(request, default_thinking=self.default_thinking)
+        turn = GlmTurn(prompt=rendered.text, rendered=rendered)
+        parts = collect_media(request.messages)
+        require_vision(parts, has_vision=self.has_vision, model=self.model_name)
+        if parts:
+            if self.image_processor is None:
+                raise MediaError(f"{self.model_name} has no image processor", param=parts[0].param)
+            media = load_media(parts, self.limits)
+            turn.prompt, turn.vision = vision_inputs(
+                rendered.text,
+                media,
+                image_processor=self.image_processor,
+                video_processor=self.video_processor,
+                limits=self.limits,
+            )
+        constraint = constraint_from_request(request)
+        if constraint is not None:
+            turn.matcher = self.grammar.matcher(constraint, thinking=rendered.thinking)
+        return turn

@@ -1,0 +1,125 @@
+"""Helpers for tests that run real engine processes: configs, process handles, polling."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+RUNTIME = REPO / "runtime"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def write_config(
+    path: Path, model: Path, *, rank: int = 0, fabric: dict[str, Any] | None = None, **engine: Any
+) -> Path:
+    """A sparkfold.toml for one rank."""
+    values: dict[str, Any] = {
+        "kind": "transformers",
+        "model": str(model),
+        "served_name": "smol",
+        "context": 2048,
+        "max_tokens": 64,
+        "parallel": 2,
+        "drain_s": 20,
+        **engine,
+    }
+    lines = ["[node]", f"rank = {rank}", "[engine]"]
+    lines += [f"{key} = {json.dumps(value)}" for key, value in values.items()]
+    if fabric:
+        lines += ["[fabric]"] + [f"{key} = {json.dumps(value)}" for key, value in fabric.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+class EngineProcess:
+    """``sparkfold engine --config FILE`` as a child process (optionally inside a netns)."""
+
+    def __init__(
+        self, config: Path, log: Path, prefix: Sequence[str] = (), env: dict[str, str] | None = None
+    ) -> None:
+        base = {**os.environ, "PYTHONPATH": str(RUNTIME), "OMP_NUM_THREADS": "1"}
+        base.pop("NOTIFY_SOCKET", None)
+        env = {**base, **(env or {})}
+        self.log = log
+        self._out = log.open("wb")
+        command = [
+            *prefix,
+            sys.executable,
+            "-c",
+            "from sparkfold.cli import main; main()",
+            "engine",
+            "--config",
+            str(config),
+        ]
+        self.proc = subprocess.Popen(command, env=env, stdout=self._out, stderr=subprocess.STDOUT)
+
+    def output(self) -> str:
+        self._out.flush()
+        return self.log.read_text(errors="replace")
+
+    def wait_exit(self, deadline_s: float) -> int | None:
+        try:
+            return self.proc.wait(timeout=deadline_s)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def signal(self, signum: int) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signum)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=30)
+        self._out.close()
+
+
+def wait_healthy(url: str, proc: EngineProcess, deadline_s: float = 240) -> None:
+    """Poll ``/health`` until it says ok (bounded); fail with the process log otherwise."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if proc.proc.poll() is not None:
+            pytest.fail(f"engine exited with {proc.proc.returncode}:\n{proc.output()[-3000:]}")
+        try:
+            if httpx.get(f"{url}/health", timeout=2).json().get("ok"):
+                return
+        except (httpx.HTTPError, ValueError):
+            pass
+        time.sleep(0.2)
+    pytest.fail(f"engine not healthy after {deadline_s} s:\n{proc.output()[-3000:]}")
+
+
+@functools.cache
+def _reference_model(model_dir: Path) -> Any:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+
+
+def reference_tokens(model_dir: Path, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
+    """Plain ``model.generate`` greedy continuation (the tp=1 reference), in this process."""
+    import torch
+
+    model = _reference_model(model_dir)
+    with torch.inference_mode():
+        out = model.generate(torch.tensor([prompt_ids]), max_new_tokens=max_new_tokens, do_sample=False)
+    return [int(t) for t in out[0, len(prompt_ids) :]]

@@ -1,0 +1,11 @@
+"""Fixtures for the engine tests."""
+
+from __future__ import annotations
+
+import pytest
+from fake_engine import FakeGenerator
+
+
+@pytest.fixture
+def fake() -> FakeGenerator:
+    return FakeGenerator()

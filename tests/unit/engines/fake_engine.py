@@ -1,0 +1,63 @@
+"""An in-process fake engine: bytes are tokens, so server tests need no model."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Sequence
+
+from sparkfold.engines.generator import SamplingParams
+
+EOS = 256
+TEMPLATE = (
+    "{% for m in messages %}<{{ m.role }}>{{ m.content }}</{{ m.role }}>{% endfor %}"
+    "{% if add_generation_prompt %}<assistant>{% endif %}"
+)
+
+
+class FakeGenerator:
+    """Token id = byte value; the reply is ``reply`` (bytes) then EOS; ``fail_after`` raises mid-reply."""
+
+    backend = "fake"
+    chat_template: str | None = TEMPLATE
+    eos_token_ids = frozenset({EOS})
+    vocab_size = 257
+
+    def __init__(self, reply: str = "Paris is the capital.", *, context_length: int = 256, parallel: int = 2):
+        self.reply = reply.encode()
+        self.special_tokens = {"eos_token": "</s>"}
+        self.context_length = context_length
+        self.parallel = parallel
+        self.fail_after: int | None = None
+        self.delay_s = 0.0
+        self.seen: list[tuple[list[int], SamplingParams]] = []
+        self.cancelled: list[threading.Event] = []
+
+    def encode(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
+        return list(text.encode())
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return bytes(i for i in ids if i < 256).decode(errors="replace")
+
+    def token_strs(self, ids: Sequence[int]) -> list[str]:
+        return [chr(i) if i < 256 else "</s>" for i in ids]
+
+    def healthy(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        pass
+
+    async def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams, cancel: threading.Event
+    ) -> AsyncIterator[int]:
+        self.seen.append((list(prompt_ids), params))
+        self.cancelled.append(cancel)
+        for n, token in enumerate([*self.reply, EOS][: params.max_tokens]):
+            if cancel.is_set():
+                return
+            if self.fail_after is not None and n >= self.fail_after:
+                raise RuntimeError("the fake engine broke")
+            if self.delay_s:
+                await asyncio.sleep(self.delay_s)
+            yield token

@@ -1,0 +1,187 @@
+"""GLM checkpoints through the engine server: prompts, reasoning, tool calls, grammar, pictures.
+
+A scripted generator with the tiny GLM tokenizer plays the model, so the replies are exactly
+what a test needs; the official openai SDK talks to the app in-process.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import threading
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+from fake_engine import FakeGenerator
+from fastapi.testclient import TestClient
+from PIL import Image
+
+from sparkfold.engines.generator import SamplingParams
+from sparkfold.engines.server import create_app
+from sparkfold.engines.serving import EngineService
+from sparkfold.glm.serving import GlmChat
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+            },
+        },
+    }
+]
+CALL = (
+    "Let me check the weather.</think>Sure.<tool_call>get_weather<arg_key>city</arg_key>"
+    "<arg_value>Paris</arg_value><arg_key>days</arg_key><arg_value>2</arg_value></tool_call><|observation|>"
+)
+ASK = [{"role": "user", "content": "Weather in Paris?"}]
+PNG_BYTES = io.BytesIO()
+Image.new("RGB", (1, 1), (0, 0, 255)).save(PNG_BYTES, "PNG")
+PNG = "data:image/png;base64," + base64.b64encode(PNG_BYTES.getvalue()).decode()
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from sparkfold.testing.tiny_glm import write_tiny_glm
+
+    return write_tiny_glm(tmp_path_factory.mktemp("tiny-glm"))
+
+
+class ScriptedGlm:
+    """Replies with ``script`` tokenised by the tiny GLM tokenizer; stops at a GLM stop token."""
+
+    backend = "scripted-glm"
+    chat_template = None
+    context_length = 4096
+    parallel = 2
+
+    def __init__(self, model_dir: Path, script: str) -> None:
+        from transformers import AutoImageProcessor, AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        self.glm = GlmChat(
+            self.tokenizer,
+            model_dir=model_dir,
+            vocab_size=1024,
+            image_processor=AutoImageProcessor.from_pretrained(str(model_dir)),
+            has_vision=True,
+        )
+        self.eos_token_ids = self.glm.stop_token_ids
+        self.special_tokens: dict[str, str] = {}
+        self.script = script
+        self.seen: list[tuple[list[int], SamplingParams]] = []
+
+    def encode(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=add_special_tokens))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return str(self.tokenizer.decode(list(ids), skip_special_tokens=False))
+
+    def token_strs(self, ids: Sequence[int]) -> list[str]:
+        return list(self.tokenizer.convert_ids_to_tokens(list(ids)))
+
+    def healthy(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        pass
+
+    async def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams, cancel: threading.Event
+    ) -> AsyncIterator[int]:
+        self.seen.append((list(prompt_ids), params))
+        for token in self.encode(self.script)[: params.max_tokens]:
+            yield token
+            if token in self.eos_token_ids:
+                return
+
+
+def sdk(generator: Any) -> openai.OpenAI:
+    service = EngineService(generator, served_name="glm", max_tokens=256)
+    return openai.OpenAI(
+        base_url="http://testserver/v1", api_key="x", http_client=TestClient(create_app(service))
+    )
+
+
+def test_streamed_tool_call_and_reasoning_through_the_openai_sdk(tiny: Path) -> None:
+    generator = ScriptedGlm(tiny, CALL)
+    stream = sdk(generator).chat.completions.create(model="glm", messages=ASK, tools=TOOLS, stream=True)  # type: ignore[arg-type]
+    chunks = [c for c in stream if c.choices]
+    reasoning = "".join((c.choices[0].delta.model_extra or {}).get("reasoning_content") or "" for c in chunks)
+    content = "".join(c.choices[0].delta.content or "" for c in chunks)
+    calls = [t for c in chunks for t in c.choices[0].delta.tool_calls or []]
+    assert (reasoning, content) == ("Let me check the weather.", "Sure.")
+    assert len(calls) == 1 and calls[0].index == 0 and calls[0].id
+    assert calls[0].function is not None and calls[0].function.name == "get_weather"
+    assert json.loads(calls[0].function.arguments or "") == {"city": "Paris", "days": 2}
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+    prompt = generator.decode(generator.seen[0][0])
+    assert prompt.startswith("[gMASK]<sop><|system|>Reasoning Effort: Max<|system|>\n# Tools")
+    assert prompt.endswith("<|user|>Weather in Paris?<|assistant|><think>")
+
+
+def test_tool_call_in_one_response(tiny: Path) -> None:
+    answer = sdk(ScriptedGlm(tiny, CALL)).chat.completions.create(model="glm", messages=ASK, tools=TOOLS)  # type: ignore[arg-type]
+    message = answer.choices[0].message
+    assert answer.choices[0].finish_reason == "tool_calls"
+    assert (message.model_extra or {}).get("reasoning_content") == "Let me check the weather."
+    assert message.tool_calls and json.loads(message.tool_calls[0].function.arguments) == {
+        "city": "Paris",
+        "days": 2,
+    }  # type: ignore[union-attr]
+
+
+def test_a_call_cut_off_by_max_tokens_is_not_returned(tiny: Path) -> None:
+    generator = ScriptedGlm(tiny, CALL)
+    cut = len(generator.encode(CALL)) - 6
+    answer = sdk(generator).chat.completions.create(model="glm", messages=ASK, tools=TOOLS, max_tokens=cut)  # type: ignore[arg-type]
+    assert answer.choices[0].finish_reason == "length" and not answer.choices[0].message.tool_calls
+
+
+def test_structured_output_reaches_the_generator_and_bad_ones_are_400(tiny: Path) -> None:
+    generator = ScriptedGlm(tiny, '{"a": 1}<|endoftext|>')
+    client = sdk(generator)
+    client.chat.completions.create(
+        model="glm",
+        messages=ASK,
+        response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}},
+        reasoning_effort="none",  # type: ignore[arg-type]
+    )
+    params = generator.seen[0][1]
+    assert params.constraint is not None and params.constraint.active
+    with pytest.raises(openai.BadRequestError) as error:
+        client.chat.completions.create(model="glm", messages=ASK, extra_body={"guided_regex": "(unclosed"})
+    assert error.value.body["param"] == "guided_regex"  # type: ignore[index]
+
+
+def test_pictures_reach_the_generator(tiny: Path) -> None:
+    generator = ScriptedGlm(tiny, "A blue dot.<|endoftext|>")
+    messages = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "What is it?"},
+                {"type": "image_url", "image_url": {"url": PNG}},
+            ],
+        }
+    ]
+    answer = sdk(generator).chat.completions.create(model="glm", messages=messages, reasoning_effort="none")  # type: ignore[arg-type]
+    assert answer.choices[0].message.content == "A blue dot."
+    prompt_ids, params = generator.seen[0]
+    assert params.prefill_inputs is not None and "pixel_values" in params.prefill_inputs
+    image = generator.tokenizer.convert_tokens_to_ids("<|image|>")
+    assert prompt_ids.count(image) == int(params.prefill_inputs["image_grid_thw"].prod()) // 4
+
+
+def test_a_model_without_vision_refuses_pictures(fake: FakeGenerator) -> None:
+    messages = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": PNG}}]}]
+    with pytest.raises(openai.BadRequestError) as error:
+        sdk(fake).chat.completions.create(model="glm", messages=messages)  # type: ignore[arg-type]
+    assert "no vision tower" in error.value.message

@@ -1,0 +1,311 @@
+"""The engine server's HTTP contract, against the in-process fake engine."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from fake_engine import FakeGenerator
+from fastapi.testclient import TestClient
+
+from sparkfold.engines.server import create_app
+from sparkfold.engines.serving import EngineService
+from sparkfold.protocol import (
+    ChatCompletion,
+    ChatCompletionChunk,
+    Delta,
+    EngineHealth,
+    PeerState,
+    ToolCallDelta,
+)
+
+CHAT = {"messages": [{"role": "user", "content": "Capital of France?"}], "temperature": 0}
+
+
+def _client(fake: FakeGenerator, **options: object) -> TestClient:
+    service = EngineService(fake, served_name="fake-model", max_tokens=64, **options)  # type: ignore[arg-type]
+    return TestClient(create_app(service))
+
+
+def _events(text: str) -> list[str]:
+    return [line[6:] for line in text.splitlines() if line.startswith("data: ")]
+
+
+def test_models_lists_the_served_name(fake: FakeGenerator) -> None:
+    data = _client(fake).get("/v1/models").json()
+    assert [m["id"] for m in data["data"]] == ["fake-model"]
+
+
+def test_chat_completion_uses_the_template_and_counts_tokens(fake: FakeGenerator) -> None:
+    reply = _client(fake).post("/v1/chat/completions", json=CHAT)
+    assert reply.status_code == 200
+    answer = ChatCompletion.model_validate(reply.json())
+    assert answer.choices[0].message.content == "Paris is the capital."
+    assert answer.choices[0].finish_reason == "stop"
+    prompt = "<user>Capital of France?</user><assistant>"
+    assert fake.seen[0][0] == list(prompt.encode())
+    assert answer.usage.prompt_tokens == len(prompt)
+    assert answer.usage.completion_tokens == len("Paris is the capital.") + 1  # EOS counts
+    assert answer.tensorfold is not None and "decode_s" in answer.tensorfold
+
+
+def test_stream_format(fake: FakeGenerator) -> None:
+    body = {**CHAT, "stream": True, "stream_options": {"include_usage": True}}
+    with _client(fake).stream("POST", "/v1/chat/completions", json=body) as reply:
+        assert reply.status_code == 200
+        assert reply.headers["content-type"].startswith("text/event-stream")
+        events = _events(reply.read().decode())
+    assert events[-1] == "[DONE]"
+    chunks = [ChatCompletionChunk.model_validate_json(e) for e in events[:-1]]
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "Paris is the capital."
+    final, usage_only = chunks[-2], chunks[-1]
+    assert final.choices[0].finish_reason == "stop"
+    assert final.usage is not None and final.tensorfold is not None
+    assert usage_only.choices == [] and usage_only.usage == final.usage
+
+
+def test_max_tokens_ends_with_length(fake: FakeGenerator) -> None:
+    answer = _client(fake).post("/v1/chat/completions", json={**CHAT, "max_tokens": 5}).json()
+    assert answer["choices"][0]["message"]["content"] == "Paris"
+    assert answer["choices"][0]["finish_reason"] == "length"
+
+
+def test_stop_strings_cut_the_reply_and_cancel_the_engine(fake: FakeGenerator) -> None:
+    answer = _client(fake).post("/v1/chat/completions", json={**CHAT, "stop": [" the"]}).json()
+    assert answer["choices"][0]["message"]["content"] == "Paris is"
+    assert answer["choices"][0]["finish_reason"] == "stop"
+    assert fake.cancelled[0].is_set()
+
+
+def test_sampling_fields_reach_the_engine(fake: FakeGenerator) -> None:
+    body = {**CHAT, "temperature": 0.7, "top_p": 0.9, "top_k": 5, "min_p": 0.1, "seed": 3, "max_tokens": 9}
+    _client(fake).post("/v1/chat/completions", json=body)
+    params = fake.seen[0][1]
+    assert (params.temperature, params.top_p, params.top_k, params.min_p, params.seed, params.max_tokens) == (
+        0.7,
+        0.9,
+        5,
+        0.1,
+        3,
+        9,
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({**CHAT, "max_tokens": -1}, "max_tokens"),
+        ({**CHAT, "max_tokens": 0}, "max_tokens"),
+        ({**CHAT, "temperature": "hot"}, "temperature"),
+        ({"messages": "hello"}, "messages"),
+        ({"messages": []}, "messages"),
+        ({"messages": [{"role": "wizard", "content": "x"}]}, "messages.0.role"),
+        ({**CHAT, "n": 2}, "n"),
+        ({**CHAT, "stream": "yes please"}, "stream"),
+    ],
+)
+def test_bad_fields_are_400_naming_the_field(
+    fake: FakeGenerator, body: dict[str, object], param: str
+) -> None:
+    client = _client(fake)
+    reply = client.post("/v1/chat/completions", json=body)
+    assert reply.status_code == 400
+    error = reply.json()["error"]
+    assert error["param"] == param and param.split(".")[0] in error["message"]
+    assert client.post("/v1/chat/completions", json=CHAT).status_code == 200  # still serving
+
+
+@pytest.mark.parametrize("raw", [b"{not json", b"[1, 2]", b"\xff\xfe"])
+def test_malformed_bodies_are_400(fake: FakeGenerator, raw: bytes) -> None:
+    reply = _client(fake).post("/v1/chat/completions", content=raw)
+    assert reply.status_code == 400 and reply.json()["error"]["code"] == "invalid_json"
+
+
+def test_prompt_longer_than_the_window_is_context_length_exceeded(fake: FakeGenerator) -> None:
+    body = {"messages": [{"role": "user", "content": "x" * 300}]}
+    reply = _client(fake).post("/v1/chat/completions", json=body)
+    assert reply.status_code == 400
+    error = reply.json()["error"]
+    assert error["code"] == "context_length_exceeded"
+    assert "This server's maximum context length is 256 tokens" in error["message"]
+
+
+def test_prompt_plus_max_tokens_over_the_window_is_refused(fake: FakeGenerator) -> None:
+    reply = _client(fake).post("/v1/completions", json={"prompt": "hello", "max_tokens": 252})
+    assert reply.status_code == 400 and reply.json()["error"]["code"] == "context_length_exceeded"
+
+
+def test_unknown_path_is_404_in_the_openai_shape(fake: FakeGenerator) -> None:
+    reply = _client(fake).get("/v1/nothing")
+    assert reply.status_code == 404 and "error" in reply.json()
+
+
+def test_at_capacity_is_503(fake: FakeGenerator) -> None:
+    fake.parallel = 0
+    reply = _client(fake).post("/v1/chat/completions", json=CHAT)
+    assert reply.status_code == 503 and reply.json()["error"]["code"] == "capacity"
+
+
+def test_error_after_the_stream_opened_is_an_error_event_then_done(fake: FakeGenerator) -> None:
+    fake.fail_after = 3
+    with _client(fake).stream("POST", "/v1/chat/completions", json={**CHAT, "stream": True}) as reply:
+        events = _events(reply.read().decode())
+    assert events[-1] == "[DONE]"
+    assert "the fake engine broke" in json.loads(events[-2])["error"]["message"]
+
+
+def test_error_before_streaming_is_500_not_a_crash(fake: FakeGenerator) -> None:
+    fake.fail_after = 0
+    client = _client(fake)
+    assert client.post("/v1/chat/completions", json=CHAT).status_code == 500
+    fake.fail_after = None
+    assert client.post("/v1/chat/completions", json=CHAT).status_code == 200
+
+
+def test_completions_take_text_or_token_ids(fake: FakeGenerator) -> None:
+    client = _client(fake)
+    for prompt in ("abc", [97, 98, 99]):
+        reply = client.post(
+            "/v1/completions", json={"prompt": prompt, "max_tokens": 5, "return_token_ids": True}
+        )
+        choice = reply.json()["choices"][0]
+        assert choice["text"] == "Paris" and choice["token_ids"] == list(b"Paris")
+        assert fake.seen[-1][0] == [97, 98, 99]
+
+
+def test_completion_stream(fake: FakeGenerator) -> None:
+    with _client(fake).stream("POST", "/v1/completions", json={"prompt": "a", "stream": True}) as reply:
+        events = _events(reply.read().decode())
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert "".join(c["choices"][0]["text"] for c in chunks) == "Paris is the capital."
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop" and chunks[-1]["usage"]
+
+
+def test_tokenize_and_detokenize_use_vllm_fields(fake: FakeGenerator) -> None:
+    client = _client(fake)
+    data = client.post("/tokenize", json={"prompt": "hi"}).json()
+    assert data == {"count": 2, "max_model_len": 256, "tokens": [104, 105], "token_strs": ["h", "i"]}
+    chat = client.post("/tokenize", json={"messages": CHAT["messages"]}).json()
+    assert chat["count"] == len("<user>Capital of France?</user><assistant>")
+    assert client.post("/detokenize", json={"tokens": [104, 105]}).json() == {"prompt": "hi"}
+    assert client.post("/detokenize", json={"tokens": "hi"}).json()["error"]["param"] == "tokens"
+
+
+def test_health_counts_and_carries_the_peer_block(fake: FakeGenerator) -> None:
+    client = _client(fake, peer_state=lambda: PeerState(rank=1, state="ok", last_seen_s=0.5))
+    client.post("/v1/chat/completions", json=CHAT)
+    health = EngineHealth.model_validate(client.get("/health").json())
+    assert health.ok and health.requests_total == 1 and health.completion_tokens_total == 22
+    assert health.peer is not None and health.peer.state == "ok"
+    assert health.context_length == 256
+
+
+def test_health_is_503_when_the_peer_is_lost(fake: FakeGenerator) -> None:
+    client = _client(fake, peer_state=lambda: PeerState(rank=1, state="lost"))
+    reply = client.get("/health")
+    assert reply.status_code == 503 and reply.json()["ok"] is False
+
+
+def test_metrics_are_prometheus_text(fake: FakeGenerator) -> None:
+    client = _client(fake)
+    client.post("/v1/chat/completions", json=CHAT)
+    text = client.get("/metrics").text
+    assert 'tensorfold:requests_total{finish_reason="stop"} 1.0' in text
+    assert "tensorfold:generation_tokens_total 22.0" in text
+
+
+class _Refusing:
+    def render(self, request: object) -> str:
+        error = ValueError("tool 'x' has no parameters schema")
+        error.param = "tools.0"  # type: ignore[attr-defined]
+        raise error
+
+
+class _ThinkingParser:
+    """Text before '|' is reasoning; a '!' becomes a tool call (a stand-in for the GLM parser)."""
+
+    def __init__(self) -> None:
+        self.tool_calls_made = False
+        self.thinking = True
+        self.finished_with: str | None = None
+
+    def feed(self, text: str) -> list[Delta]:
+        deltas = []
+        for char in text:
+            if char == "|":
+                self.thinking = False
+            elif char == "!":
+                self.tool_calls_made = True
+                call = ToolCallDelta(
+                    index=0, id="call-1", type="function", function={"name": "shout", "arguments": "{}"}
+                )
+                deltas.append(Delta(tool_calls=[call]))
+            elif self.thinking:
+                deltas.append(Delta(reasoning_content=char))
+            else:
+                deltas.append(Delta(content=char))
+        return deltas
+
+    def finish(self, finish_reason: str | None = None) -> list[Delta]:
+        self.finished_with = finish_reason
+        return []
+
+
+def test_a_renderer_refusal_is_400_naming_its_field(fake: FakeGenerator) -> None:
+    reply = _client(fake, renderer=_Refusing()).post("/v1/chat/completions", json=CHAT)
+    assert reply.status_code == 400 and reply.json()["error"]["param"] == "tools.0"
+
+
+def test_the_parser_seam_splits_reasoning_content_and_tool_calls(fake: FakeGenerator) -> None:
+    fake.reply = b"hmm|Paris!"
+    parsers: list[_ThinkingParser] = []
+
+    def factory(request: object) -> _ThinkingParser:
+        parsers.append(_ThinkingParser())
+        return parsers[-1]
+
+    client = _client(fake, parser_factory=factory)
+    message = client.post("/v1/chat/completions", json=CHAT).json()["choices"][0]
+    assert message["message"]["reasoning_content"] == "hmm" and message["message"]["content"] == "Paris"
+    assert message["message"]["tool_calls"][0]["function"] == {"name": "shout", "arguments": "{}"}
+    assert message["finish_reason"] == "tool_calls" and parsers[0].finished_with == "stop"
+    with client.stream("POST", "/v1/chat/completions", json={**CHAT, "stream": True}) as reply:
+        chunks = [json.loads(e) for e in _events(reply.read().decode())[:-1]]
+    deltas = [c["choices"][0]["delta"] for c in chunks]
+    assert "".join(d.get("reasoning_content", "") for d in deltas) == "hmm"
+    assert any("tool_calls" in d for d in deltas)
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+
+
+def test_stop_token_ids_end_the_reply(fake: FakeGenerator) -> None:
+    client = _client(fake, stop_token_ids=frozenset({ord(" ")}))
+    answer = client.post("/v1/chat/completions", json=CHAT).json()["choices"][0]
+    assert answer["message"]["content"] == "Paris" and answer["finish_reason"] == "stop"
+    assert fake.seen[0][1].stop_token_ids == frozenset({32})
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "param"),
+    [
+        ("/v1/completions", {"prompt": [1, 2, 999]}, "prompt"),
+        ("/v1/completions", {"prompt": [-1]}, "prompt"),
+        ("/detokenize", {"tokens": [5000]}, "tokens"),
+    ],
+)
+def test_token_ids_outside_the_vocabulary_are_400(
+    fake: FakeGenerator, path: str, body: dict[str, object], param: str
+) -> None:
+    reply = _client(fake).post(path, json=body)
+    assert reply.status_code == 400 and reply.json()["error"]["param"] == param
+    assert "between 0 and 256" in reply.json()["error"]["message"]
+
+
+def test_an_engine_error_is_counted_as_error(fake: FakeGenerator) -> None:
+    fake.fail_after = 2
+    client = _client(fake)
+    client.post("/v1/chat/completions", json=CHAT)
+    assert 'tensorfold:requests_total{finish_reason="error"} 1.0' in client.get("/metrics").text
+    assert client.get("/health").json()["requests_running"] == 0

@@ -1,0 +1,140 @@
+"""Structured outputs: request constraints, compile errors, the matcher's think-block gate."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from sparkfold.glm.errors import GrammarError
+from sparkfold.glm.grammar import (
+    GrammarCompiler,
+    OutputConstraint,
+    allocate_bitmask,
+    apply_bitmask,
+    constraint_from_request,
+)
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer", "minimum": 0, "maximum": 9}},
+    "required": ["ok", "n"],
+    "additionalProperties": False,
+}
+
+
+def request(**fields: Any) -> SimpleNamespace:
+    base = {
+        k: None for k in ("response_format", "guided_json", "guided_regex", "guided_choice", "guided_grammar")
+    }
+    return SimpleNamespace(**(base | fields))
+
+
+@pytest.fixture(scope="module")
+def compiler(tokenizer: Any) -> GrammarCompiler:
+    return GrammarCompiler(tokenizer)
+
+
+def test_request_fields_become_constraints() -> None:
+    assert constraint_from_request(request()) is None
+    assert constraint_from_request(request(response_format={"type": "text"})) is None
+    c = constraint_from_request(
+        request(response_format={"type": "json_schema", "json_schema": {"schema": SCHEMA}})
+    )
+    assert c is not None and c.kind == "json_schema" and json.loads(c.value) == SCHEMA
+    obj = constraint_from_request(request(response_format={"type": "json_object"}))
+    assert obj is not None and json.loads(obj.value) == {"type": "object"}
+    assert constraint_from_request(request(guided_json=json.dumps(SCHEMA))).param == "guided_json"  # type: ignore[union-attr]
+    assert constraint_from_request(request(guided_regex="[ab]+")).kind == "regex"  # type: ignore[union-attr]
+    choice = constraint_from_request(request(guided_choice=["yes", 'no "way"']))
+    assert choice is not None and choice.value == 'root ::= "yes" | "no \\"way\\""'
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"response_format": {"type": "xml"}}, "response_format.type"),
+        ({"response_format": {"type": "json_schema"}}, "response_format.json_schema"),
+        ({"guided_json": "{not json"}, "guided_json"),
+        ({"guided_choice": []}, "guided_choice"),
+        ({"guided_regex": "a", "guided_choice": ["a"]}, "guided_choice"),
+    ],
+)
+def test_bad_requests_name_the_field(fields: dict[str, Any], param: str) -> None:
+    with pytest.raises(GrammarError) as error:
+        constraint_from_request(request(**fields))
+    assert error.value.param == param and error.value.status == 400
+
+
+@pytest.mark.parametrize(
+    "constraint",
+    [
+        OutputConstraint(
+            "json_schema", json.dumps({"type": "frobnicate"}), "response_format.json_schema.schema"
+        ),
+        OutputConstraint("regex", "(unclosed", "guided_regex"),
+        OutputConstraint("grammar", "root ::= undefined_rule", "guided_grammar"),
+    ],
+)
+def test_uncompilable_constraints_are_grammar_errors(
+    compiler: GrammarCompiler, constraint: OutputConstraint
+) -> None:
+    with pytest.raises(GrammarError) as error:
+        compiler.compile(constraint)
+    assert error.value.param == constraint.param
+    assert f"cannot compile this {constraint.kind}" in error.value.message
+
+
+def _allowed(compiler: GrammarCompiler, matcher: Any) -> set[int]:
+    import torch
+
+    mask = allocate_bitmask(compiler.vocab_size)
+    logits = torch.zeros(1, compiler.vocab_size)
+    if matcher.fill_bitmask(mask, 0):
+        apply_bitmask(logits, mask)
+    return {i for i in range(compiler.vocab_size) if logits[0, i] == 0}
+
+
+def test_matcher_waits_for_the_think_block_to_close(compiler: GrammarCompiler, tokenizer: Any) -> None:
+    constraint = constraint_from_request(request(guided_choice=["yes", "no"]))
+    assert constraint is not None
+    matcher = compiler.matcher(constraint, thinking=True)
+    think_end = tokenizer.convert_tokens_to_ids("</think>")
+    assert _allowed(compiler, matcher) == set(
+        range(compiler.vocab_size)
+    )  # never blocks reasoning or </think>
+    for token in tokenizer.encode("maybe", add_special_tokens=False):
+        assert matcher.accept_token(token)
+    assert matcher.accept_token(think_end) and matcher.active
+    allowed = _allowed(compiler, matcher)
+    assert think_end not in allowed
+    texts = {tokenizer.decode([t]) for t in allowed}
+    assert texts and all("yes".startswith(t) or "no".startswith(t) for t in texts)
+    for token in tokenizer.encode("no", add_special_tokens=False):
+        assert matcher.accept_token(token)
+    assert not matcher.is_terminated()
+    assert matcher.accept_token(tokenizer.convert_tokens_to_ids("<|endoftext|>"))
+    assert matcher.is_terminated()
+
+
+def test_matcher_rejects_tokens_outside_the_grammar_and_rolls_back(
+    compiler: GrammarCompiler, tokenizer: Any
+) -> None:
+    constraint = constraint_from_request(request(guided_regex="[0-9]{2}"))
+    assert constraint is not None
+    matcher = compiler.matcher(constraint, thinking=True)
+    think_end = tokenizer.convert_tokens_to_ids("</think>")
+    digit = tokenizer.convert_tokens_to_ids("7")
+    assert matcher.accept_token(think_end) and matcher.accept_token(digit)
+    assert not matcher.accept_token(tokenizer.convert_tokens_to_ids("a"))
+    assert matcher.accept_token(digit)
+    matcher.rollback(1)
+    assert matcher.active and not matcher.is_terminated()
+    matcher.rollback(2)
+    assert not matcher.active  # the </think> was undone: the gate is closed again
+    assert _allowed(compiler, matcher) == set(range(compiler.vocab_size))
+    matcher.reset()
+    thinking_off = compiler.matcher(constraint, thinking=False)
+    assert thinking_off.active and digit in _allowed(compiler, thinking_off)
