@@ -59,19 +59,33 @@ def test_weights_copy_is_repaired_and_verified(converge: Callable[..., Run]) -> 
     assert ssh(WORKER, f"sha256sum {MODEL}").split()[0] == ssh(HEAD, f"sha256sum {MODEL}").split()[0]
 
 
-@needs_serving
-def test_units_are_active() -> None:
-    assert ssh(HEAD, "systemctl is-active sparkfold-engine sparkfold-api").split() == ["active", "active"]
-    assert ssh(WORKER, "systemctl is-active sparkfold-engine") == "active"
+def _units_active() -> bool:
+    head = ssh(HEAD, "systemctl is-active sparkfold-engine sparkfold-api", check=False).split()
+    return (
+        head == ["active", "active"]
+        and ssh(WORKER, "systemctl is-active sparkfold-engine", check=False) == "active"
+    )
+
+
+@pytest.fixture
+def serving(api_key: str) -> None:
+    """A converge restarts the worker's rank without waiting: let the pair settle first (bounded)."""
+    wait_for("both engine units and the gateway active", _units_active, timeout_s=600, every_s=3)
+    wait_for("the API to answer", lambda: chat_answers(api_key), timeout_s=600, every_s=5)
 
 
 @needs_serving
-def test_openai_sdk_through_the_head(api_key: str) -> None:
+def test_units_are_active(serving: None) -> None:
+    assert _units_active()
+
+
+@needs_serving
+def test_openai_sdk_through_the_head(serving: None, api_key: str) -> None:
     assert chat_answers(api_key)
 
 
 @needs_serving
-def test_gateway_change_restarts_only_the_api(converge: Callable[..., Run]) -> None:
+def test_gateway_change_restarts_only_the_api(serving: None, converge: Callable[..., Run]) -> None:
     engines = {node: unit(node, "sparkfold-engine")["MainPID"] for node in (HEAD, WORKER)}
     api_before = unit(HEAD, "sparkfold-api")["MainPID"]
     converge(tags="runtime,service", extravars={"sparkfold_api_max_queued": 17}).must_succeed()
@@ -81,7 +95,9 @@ def test_gateway_change_restarts_only_the_api(converge: Callable[..., Run]) -> N
 
 
 @needs_serving
-def test_engine_change_restarts_the_worker_engine_before_the_head(converge: Callable[..., Run]) -> None:
+def test_engine_change_restarts_the_worker_engine_before_the_head(
+    serving: None, converge: Callable[..., Run]
+) -> None:
     converge(tags="runtime,service", extravars={"sparkfold_engine_max_tokens": 256}).must_succeed()
     head, worker = unit(HEAD, "sparkfold-engine"), unit(WORKER, "sparkfold-engine")
     # One kernel, one monotonic clock: the two machines' start times compare directly.
@@ -90,7 +106,7 @@ def test_engine_change_restarts_the_worker_engine_before_the_head(converge: Call
 
 
 @needs_serving
-def test_drill_kill_the_worker_engine(api_key: str) -> None:
+def test_drill_kill_the_worker_engine(serving: None, api_key: str) -> None:
     before = unit(WORKER, "sparkfold-engine")["MainPID"]
     ssh(WORKER, f"kill -9 {before}")
     wait_for(
@@ -118,7 +134,7 @@ def _peer_lost() -> bool:
 
 
 @needs_serving
-def test_drill_fabric_link_down(api_key: str) -> None:
+def test_drill_fabric_link_down(serving: None, api_key: str) -> None:
     link = ["ip", "-n", "sftb-worker", "link", "set", "sf-fabric0"]
     subprocess.run([*link, "down"], check=True)
     try:
