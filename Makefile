@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test lint unit demo clean
+.PHONY: venv test lint unit demo demo-down clean
 
 venv: $(STAMP)
 
@@ -30,8 +30,15 @@ test: lint
 unit: venv
 	$(VENV)/bin/pytest tests/unit
 
+# The two-node testbed (root; debootstrap + systemd-nspawn), provisioned by the same site.yml as a
+# real pair; the verify stage prints a curl line that works as pasted.
 demo: venv
-	$(VENV)/bin/sparkfold demo --config examples/local.toml
+	$(VENV)/bin/ansible-playbook playbooks/testbed.yml
+	$(VENV)/bin/ansible-playbook site.yml
+	@echo; echo "The API, as pasted:"; cat .cache/control/testbed-curl.txt
+
+demo-down: venv
+	$(VENV)/bin/ansible-playbook playbooks/teardown.yml
 
 clean:
 	rm -rf $(VENV) var

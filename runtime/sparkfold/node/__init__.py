@@ -1,1 +1,1 @@
-"""What runs on a node: rank supervision, peer watch, sd_notify."""
+"""What runs on a node: preflight checks, fabric discovery, rank supervision, peer watch, sd_notify."""

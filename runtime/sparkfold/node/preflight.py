@@ -1,0 +1,199 @@
+"""``sparkfold preflight``: can this node run its engine rank?
+
+Checks, in order: the operating system, the CPU architecture, available memory and free disk
+against thresholds, and (only where ``engine.kind`` needs them) an NVIDIA GPU and Docker with the
+NVIDIA container runtime. Every failure is one :class:`~sparkfold.node.checks.Check` whose ``fix``
+says what to do. The same function runs from the Ansible preflight role and as ``ExecStartPre``.
+
+Thresholds default per engine kind (:data:`DEFAULT_THRESHOLDS`); the production pair needs ~110 GiB
+of available memory per node (weights, KV pool and reserve) and room for the checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from sparkfold.config import Settings
+from sparkfold.node.checks import Check, Report, Runner, run_command
+
+__all__ = ["DEFAULT_THRESHOLDS", "SUPPORTED_OS", "Thresholds", "preflight"]
+
+GIB = 1024**3
+SUPPORTED_OS = ("debian", "ubuntu")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Least available memory and free disk (under ``paths.state_dir``) a node must have, in GiB."""
+
+    memory_gib: float
+    disk_gib: float
+
+
+DEFAULT_THRESHOLDS: dict[str, Thresholds] = {
+    "transformers": Thresholds(memory_gib=1.0, disk_gib=2.0),
+    "exllamav3": Thresholds(memory_gib=110.0, disk_gib=180.0),
+    "tensorfold": Thresholds(memory_gib=110.0, disk_gib=215.0),  # checkpoint + the engine image
+}
+
+_ARCHITECTURES = {
+    "transformers": ("x86_64", "aarch64"),
+    "exllamav3": ("x86_64", "aarch64"),
+    "tensorfold": ("aarch64",),  # DGX Spark (GB10) is arm64
+}
+
+
+def _os_release(root: Path) -> dict[str, str]:
+    fields: dict[str, str] = {}
+    for name in ("etc/os-release", "usr/lib/os-release"):
+        path = root / name
+        if path.is_file():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                key, sep, value = line.partition("=")
+                if sep:
+                    fields[key.strip()] = value.strip().strip('"')
+            break
+    return fields
+
+
+def _check_os(root: Path) -> Check:
+    release = _os_release(root)
+    if not release:
+        return Check(
+            "os", False, "no /etc/os-release", "run sparkfold on Debian 12+ or Ubuntu 22.04+ (DGX OS)"
+        )
+    family = {release.get("ID", "")} | set(release.get("ID_LIKE", "").split())
+    name = release.get("PRETTY_NAME", release.get("ID", "unknown"))
+    if family & set(SUPPORTED_OS):
+        return Check("os", True, name)
+    return Check("os", False, f"{name} is not supported", "use Debian 12+ or Ubuntu 22.04+ (DGX OS)")
+
+
+def _check_arch(kind: str, machine: str) -> Check:
+    allowed = _ARCHITECTURES[kind]
+    if machine in allowed:
+        return Check("arch", True, machine)
+    return Check(
+        "arch",
+        False,
+        f"{machine} cannot run the {kind} engine",
+        f"run it on {' or '.join(allowed)}, or pick another engine.kind",
+    )
+
+
+def _mem_available_gib(root: Path) -> float | None:
+    path = root / "proc/meminfo"
+    if not path.is_file():
+        return None
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024 / GIB
+    return None
+
+
+def _check_memory(root: Path, need: float) -> Check:
+    have = _mem_available_gib(root)
+    if have is None:
+        return Check("memory", False, "MemAvailable not found in /proc/meminfo", "run on Linux 3.14 or later")
+    detail = f"{have:.1f} GiB available (need {need:g})"
+    if have >= need:
+        return Check("memory", True, detail)
+    return Check(
+        "memory",
+        False,
+        f"only {have:.1f} GiB memory available (need {need:g})",
+        "stop other workloads on this node (docker ps, nvidia-smi), or lower engine.context",
+    )
+
+
+def _existing_parent(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _check_disk(state_dir: Path, need: float) -> Check:
+    where = _existing_parent(state_dir)
+    have = shutil.disk_usage(where).free / GIB
+    detail = f"{have:.1f} GiB free under {where} (need {need:g})"
+    if have >= need:
+        return Check("disk", True, detail)
+    return Check(
+        "disk",
+        False,
+        f"only {have:.1f} GiB free under {where} (need {need:g})",
+        "free space there, or point paths.state_dir at a larger disk",
+    )
+
+
+def _check_gpu(run: Runner) -> Check:
+    result = run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"])
+    if result.returncode == 127:
+        return Check("gpu", False, "nvidia-smi not found", "install the NVIDIA driver (DGX OS ships it)")
+    if result.returncode != 0 or not result.stdout.strip():
+        reason = (result.stderr or result.stdout).strip().splitlines()
+        return Check(
+            "gpu",
+            False,
+            f"nvidia-smi sees no GPU ({reason[0] if reason else 'exit ' + str(result.returncode)})",
+            "check the driver: nvidia-smi must list the GPU; reboot after a driver upgrade",
+        )
+    return Check("gpu", True, "; ".join(result.stdout.strip().splitlines()))
+
+
+def _check_docker(run: Runner) -> Check:
+    result = run(["docker", "info", "--format", "{{json .Runtimes}}"])
+    if result.returncode == 127:
+        return Check(
+            "docker", False, "docker not found", "install Docker Engine and the NVIDIA Container Toolkit"
+        )
+    if result.returncode != 0:
+        return Check(
+            "docker",
+            False,
+            "docker info failed: " + (result.stderr.strip().splitlines() or ["no output"])[0],
+            "start the Docker daemon (systemctl start docker) and check this user may use it",
+        )
+    try:
+        runtimes = json.loads(result.stdout or "{}")
+    except json.JSONDecodeError:
+        runtimes = {}
+    if "nvidia" not in runtimes:
+        return Check(
+            "docker",
+            False,
+            "Docker has no nvidia runtime",
+            "install the NVIDIA Container Toolkit, then nvidia-ctk runtime configure --runtime=docker",
+        )
+    return Check("docker", True, "Docker with the nvidia runtime")
+
+
+def preflight(
+    settings: Settings,
+    thresholds: Thresholds | None = None,
+    *,
+    root: Path = Path("/"),
+    machine: str | None = None,
+    run: Runner = run_command,
+) -> Report:
+    """Check this node for ``settings``; ``root``, ``machine`` and ``run`` let tests swap the host."""
+    kind = settings.engine.kind
+    limits = thresholds or DEFAULT_THRESHOLDS[kind]
+    report = Report(facts={"engine_kind": kind, "memory_gib": limits.memory_gib, "disk_gib": limits.disk_gib})
+    report.add(_check_os(root))
+    report.add(_check_arch(kind, machine or platform.machine()))
+    report.add(_check_memory(root, limits.memory_gib))
+    report.add(_check_disk(settings.paths.state_dir, limits.disk_gib))
+    if kind in ("exllamav3", "tensorfold"):
+        report.add(_check_gpu(run))
+    else:
+        report.add(Check("gpu", True, f"not needed by the {kind} engine", skipped=True))
+    if kind == "tensorfold":
+        report.add(_check_docker(run))
+    else:
+        report.add(Check("docker", True, f"not needed by the {kind} engine", skipped=True))
+    return report

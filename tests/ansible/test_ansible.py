@@ -1,0 +1,155 @@
+"""The Ansible side without any node: lint, syntax, role skeletons, and what the example renders."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sparkfold.config import engine_fingerprint, load
+
+STAGES = ["preflight", "fabric", "image", "weights", "runtime", "service", "verify"]
+ROLES = ["sparkfold", *(f"sparkfold_{stage}" for stage in STAGES), "sparkfold_testbed"]
+BIN = Path(sys.executable).parent
+
+
+def ansible(repo: Path, tool: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "ANSIBLE_CONFIG": str(repo / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+    return subprocess.run(
+        [str(BIN / tool), *args], cwd=repo, env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+
+
+@pytest.mark.slow
+def test_ansible_lint_production_profile_is_clean(repo: Path) -> None:
+    result = ansible(repo, "ansible-lint", "--profile", "production", "-q", "--nocolor")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("inventory", ["inventory/example", "inventory/testbed"])
+@pytest.mark.parametrize(
+    "playbook", ["site.yml", *(f"playbooks/{s}.yml" for s in [*STAGES, "testbed", "teardown"])]
+)
+def test_syntax_check(repo: Path, inventory: str, playbook: str) -> None:
+    result = ansible(repo, "ansible-playbook", "-i", inventory, playbook, "--syntax-check")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_site_imports_the_stages_in_order_and_each_is_tagged(repo: Path) -> None:
+    site = yaml.safe_load((repo / "site.yml").read_text())
+    assert [play["ansible.builtin.import_playbook"] for play in site] == [
+        f"playbooks/{s}.yml" for s in STAGES
+    ]
+    for stage in STAGES:
+        [play] = yaml.safe_load((repo / f"playbooks/{stage}.yml").read_text())
+        assert play["name"] and stage in play["tags"]
+        assert play["roles"] == [{"role": f"sparkfold_{stage}"}]
+
+
+def test_tags_list_every_stage(repo: Path) -> None:
+    result = ansible(repo, "ansible-playbook", "-i", "inventory/example", "site.yml", "--list-tags")
+    assert result.returncode == 0, result.stderr
+    for stage in STAGES:
+        assert stage in result.stdout
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_role_skeleton(repo: Path, role: str) -> None:
+    path = repo / "roles" / role
+    for part in (
+        "defaults/main.yml",
+        "meta/main.yml",
+        "meta/argument_specs.yml",
+        "tasks/main.yml",
+        "README.md",
+    ):
+        assert (path / part).is_file(), f"{role} lacks {part}"
+    defaults = yaml.safe_load((path / "defaults/main.yml").read_text()) or {}
+    options = yaml.safe_load((path / "meta/argument_specs.yml").read_text())["argument_specs"]["main"][
+        "options"
+    ]
+    assert set(defaults) == set(options), f"{role}: defaults and argument_specs differ"
+    assert all(option.get("description") for option in options.values())
+    assert all(name.startswith(role) for name in defaults)
+    if role.startswith("sparkfold_") and role != "sparkfold_testbed":
+        meta = yaml.safe_load((path / "meta/main.yml").read_text())
+        assert {"role": "sparkfold"} in meta["dependencies"]
+
+
+def test_handlers_restart_the_worker_before_the_head(repo: Path) -> None:
+    handlers = yaml.safe_load((repo / "roles/sparkfold/handlers/main.yml").read_text())
+    names = [h["name"] for h in handlers]
+    assert names.index("Engine | restart on the worker") < names.index("Engine | restart on the head")
+    api = [h for h in handlers if h["name"].startswith("API |")]
+    assert all("engine" not in h["listen"] for h in api)
+
+
+def test_testbed_uses_only_its_documentation_ranges(repo: Path) -> None:
+    allowed = [ipaddress.ip_network("198.51.100.0/24"), ipaddress.ip_network("203.0.113.0/24")]
+    hosts = yaml.safe_load((repo / "inventory/testbed/hosts.yml").read_text())
+    found = []
+    for group in hosts["sparkfold_nodes"]["children"].values():
+        for host in group["hosts"].values():
+            found += [host["ansible_host"], host["sparkfold_fabric_address"]]
+    assert len(found) == 4
+    assert all(any(ipaddress.ip_address(a) in net for net in allowed) for a in found)
+
+
+def test_example_inventory_renders_a_valid_pair(repo: Path, tmp_path: Path) -> None:
+    result = ansible(
+        repo,
+        "ansible-playbook",
+        "-i",
+        "inventory/example",
+        "tests/ansible/render.yml",
+        "-e",
+        f"render_dir={tmp_path}",
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    head, worker = (
+        load(tmp_path / "spark-head/sparkfold.toml"),
+        load(tmp_path / "spark-worker/sparkfold.toml"),
+    )
+    assert (head.node.rank, worker.node.rank) == (0, 1)
+    assert (head.fabric.address, head.fabric.peer) == (worker.fabric.peer, worker.fabric.address)
+    assert str(head.fabric.address) == "192.0.2.1" and head.engine.kind == "tensorfold"
+    assert engine_fingerprint(head) == engine_fingerprint(worker)
+    engine_unit = (tmp_path / "spark-head/sparkfold-engine.service").read_text()
+    assert "Type=notify" in engine_unit and "NotifyAccess=main" in engine_unit
+    assert "Restart=on-failure" in engine_unit
+    api_unit = (tmp_path / "spark-head/sparkfold-api.service").read_text()
+    assert "ExecReload=/bin/kill -HUP $MAINPID" in api_unit
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="needs systemd-analyze")
+def test_rendered_units_pass_systemd_analyze_verify(repo: Path, tmp_path: Path) -> None:
+    result = ansible(
+        repo,
+        "ansible-playbook",
+        "-i",
+        "inventory/example",
+        "tests/ansible/render.yml",
+        "-e",
+        f"render_dir={tmp_path}",
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    for unit in ("sparkfold-engine.service", "sparkfold-api.service"):
+        check = subprocess.run(
+            ["systemd-analyze", "verify", "--man=no", str(tmp_path / "spark-head" / unit)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        # Missing binaries on this host are expected (the venv is on the node); syntax errors are not.
+        problems = [
+            line
+            for line in check.stderr.splitlines()
+            if line and "is not executable" not in line and "No such file" not in line
+        ]
+        assert not problems, check.stderr

@@ -1,0 +1,150 @@
+"""site.yml on the two-node testbed: converge, idempotence, check mode, restarts, drills.
+
+The tests run in file order on one pair; each leaves the pair converged for the next.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+
+import httpx
+import pytest
+from testbed_kit import API, HEAD, WORKER, Run, needs_serving, ssh, unit, wait_for
+
+pytestmark = [pytest.mark.testbed, pytest.mark.slow, pytest.mark.netns]
+NODES = {"sftb-head", "sftb-worker"}
+MODEL = "/var/lib/sparkfold/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def assert_nothing_changed(run: Run) -> None:
+    run.must_succeed()
+    assert set(run.stats.get("ok", {})) == NODES
+    assert sum(run.changed.values()) == 0, f"changed: {run.changed}"
+
+
+def chat_answers(api_key: str) -> bool:
+    from openai import OpenAI, OpenAIError
+
+    client = OpenAI(base_url=f"{API}/v1", api_key=api_key, timeout=60, max_retries=0)
+    try:
+        reply = client.chat.completions.create(
+            model="SmolLM2-135M-Instruct",
+            messages=[{"role": "user", "content": "Say hello."}],
+            max_tokens=8,
+            temperature=0,
+        )
+    except OpenAIError:
+        return False
+    return bool(reply.choices[0].message.content)
+
+
+def test_first_converge_succeeds(first_converge: Run) -> None:
+    first_converge.must_succeed()
+    assert set(first_converge.stats.get("ok", {})) == NODES
+
+
+def test_second_converge_changes_nothing(converge: Callable[..., Run]) -> None:
+    assert_nothing_changed(converge())
+
+
+def test_check_mode_reports_nothing_to_change(converge: Callable[..., Run]) -> None:
+    assert_nothing_changed(converge(check=True))
+
+
+def test_weights_copy_is_repaired_and_verified(converge: Callable[..., Run]) -> None:
+    ssh(WORKER, f"truncate -s 1M {MODEL}")
+    run = converge(tags="weights").must_succeed()
+    assert run.changed.get("sftb-worker", 0) > 0
+    assert ssh(WORKER, f"sha256sum {MODEL}").split()[0] == ssh(HEAD, f"sha256sum {MODEL}").split()[0]
+
+
+def _units_active() -> bool:
+    head = ssh(HEAD, "systemctl is-active sparkfold-engine sparkfold-api", check=False).split()
+    return (
+        head == ["active", "active"]
+        and ssh(WORKER, "systemctl is-active sparkfold-engine", check=False) == "active"
+    )
+
+
+@pytest.fixture
+def serving(api_key: str) -> None:
+    """A converge restarts the worker's rank without waiting: let the pair settle first (bounded)."""
+    wait_for("both engine units and the gateway active", _units_active, timeout_s=600, every_s=3)
+    wait_for("the API to answer", lambda: chat_answers(api_key), timeout_s=600, every_s=5)
+
+
+@needs_serving
+def test_units_are_active(serving: None) -> None:
+    assert _units_active()
+
+
+@needs_serving
+def test_openai_sdk_through_the_head(serving: None, api_key: str) -> None:
+    assert chat_answers(api_key)
+
+
+@needs_serving
+def test_gateway_change_restarts_only_the_api(serving: None, converge: Callable[..., Run]) -> None:
+    engines = {node: unit(node, "sparkfold-engine")["MainPID"] for node in (HEAD, WORKER)}
+    api_before = unit(HEAD, "sparkfold-api")["MainPID"]
+    converge(tags="runtime,service", extravars={"sparkfold_api_max_queued": 17}).must_succeed()
+    assert unit(HEAD, "sparkfold-api")["MainPID"] != api_before
+    assert {node: unit(node, "sparkfold-engine")["MainPID"] for node in (HEAD, WORKER)} == engines
+    converge().must_succeed()  # back to the inventory's settings
+
+
+@needs_serving
+def test_engine_change_restarts_the_worker_engine_before_the_head(
+    serving: None, converge: Callable[..., Run]
+) -> None:
+    converge(tags="runtime,service", extravars={"sparkfold_engine_max_tokens": 256}).must_succeed()
+    head, worker = unit(HEAD, "sparkfold-engine"), unit(WORKER, "sparkfold-engine")
+    # One kernel, one monotonic clock: the two machines' start times compare directly.
+    assert int(worker["ExecMainStartTimestampMonotonic"]) < int(head["ExecMainStartTimestampMonotonic"])
+    converge().must_succeed()
+
+
+@needs_serving
+def test_drill_kill_the_worker_engine(serving: None, api_key: str) -> None:
+    before = unit(WORKER, "sparkfold-engine")["MainPID"]
+    ssh(WORKER, f"kill -9 {before}")
+    wait_for(
+        "a new worker rank",
+        lambda: unit(WORKER, "sparkfold-engine")["MainPID"] not in ("0", before),
+    )
+    wait_for("the API to answer again", lambda: chat_answers(api_key), timeout_s=600, every_s=5)
+    assert ssh(HEAD, "systemctl is-active sparkfold-engine sparkfold-api").split() == ["active", "active"]
+
+
+def _health() -> dict:
+    try:
+        return httpx.get(f"{API}/health", timeout=10).json()
+    except (httpx.HTTPError, ValueError):
+        return {}
+
+
+def _peer_lost() -> bool:
+    # The head's rank reports its peer lost, then exits (peer_timeout_s) and systemd restarts it; a
+    # poll may land in either window, so an engine that is down counts too, as long as health is not ok.
+    health = _health()
+    peer_lost = (health.get("peer") or {}).get("state") == "lost"
+    engine_down = (health.get("engine") or {}).get("ok") is False
+    return health.get("ok") is False and (peer_lost or engine_down)
+
+
+@needs_serving
+def test_drill_fabric_link_down(serving: None, api_key: str) -> None:
+    link = ["ip", "-n", "sftb-worker", "link", "set", "sf-fabric0"]
+    subprocess.run([*link, "down"], check=True)
+    try:
+        wait_for(
+            "/health to report the peer lost",
+            lambda: (
+                (h := _health()).get("ok") is False and (h.get("peer") or {}).get("state") in ("lost", None)
+            ),
+            timeout_s=300,
+        )
+    finally:
+        subprocess.run([*link, "up"], check=True)
+    wait_for("the pair to serve again", lambda: chat_answers(api_key), timeout_s=600, every_s=5)
