@@ -233,6 +233,9 @@ class ApiSettings(_Section):
     max_videos: int = Field(1, ge=0, description="videos per request")
     max_video_mib: float = Field(64, gt=0, description="bytes of one decoded video")
     upstream_timeout_s: float = Field(600.0, gt=0, description="longest silence tolerated from the engine")
+    max_stored_responses: int = Field(
+        1024, ge=1, le=1_000_000, description="finished /v1/responses kept in memory for GET and continuation"
+    )
 
     @property
     def keys_required(self) -> bool:

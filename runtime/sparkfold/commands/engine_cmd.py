@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shlex
+from typing import Any
+
 import click
 
 from sparkfold.commands._options import config_option, echo_json, json_option
@@ -23,12 +26,19 @@ def command(settings: Settings, dry_run: bool, as_json: bool) -> None:
             echo_json(plan)
         else:
             for key, value in plan.items():
-                if isinstance(value, dict):
-                    value = ", ".join(f"{k}={v}" for k, v in value.items())
-                click.echo(f"{key:12} {value}")
+                click.echo(f"{key:12} {_shown(value)}")
         return
     try:
         code = run_rank(settings)
     except RankError as exc:
         raise click.ClickException(str(exc)) from None
     raise SystemExit(code)
+
+
+def _shown(value: Any) -> str:
+    """A plan value for people: argv as a line to paste, a mapping one ``NAME=value`` a line."""
+    if isinstance(value, list):
+        return shlex.join(str(item) for item in value)
+    if isinstance(value, dict):
+        return "".join(f"\n  {name}={item}" for name, item in sorted(value.items())) or "(none)"
+    return str(value)

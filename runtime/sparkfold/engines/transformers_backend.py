@@ -14,6 +14,7 @@ what it would get alone.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import logging
 import queue
@@ -113,6 +114,10 @@ class ModelRunner:
         self.model = model
         self.link = link
         self._caches: dict[int, Any] = {}
+        # transformers 5.2x renamed ``past_key_values`` to ``cache`` (the old name warns)
+        self._cache_arg = (
+            "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        )
 
     def open(self, slot: int) -> None:
         from transformers import DynamicCache
@@ -143,7 +148,11 @@ class ModelRunner:
             self.link.send_step(Op.FORWARD, slot, list(ids))
         inputs = torch.tensor([list(ids)], dtype=torch.long)
         out = self.model(
-            input_ids=inputs, cache=self._caches[slot], use_cache=True, logits_to_keep=1, **(extra or {})
+            input_ids=inputs,
+            **{self._cache_arg: self._caches[slot]},
+            use_cache=True,
+            logits_to_keep=1,
+            **(extra or {}),
         )
         return out.logits[0, -1]
 
@@ -167,7 +176,7 @@ class ModelRunner:
                 self._caches.pop(slot, None)
             elif op is Op.FORWARD:
                 inputs = torch.tensor([ids], dtype=torch.long)
-                decoder(input_ids=inputs, cache=self._caches[slot], use_cache=True)
+                decoder(input_ids=inputs, **{self._cache_arg: self._caches[slot]}, use_cache=True)
 
 
 @dataclass(eq=False)
@@ -292,7 +301,7 @@ class TransformersGenerator:
                         break
                     self._admit(job, active)
                 if stopping:
-                    for job in active:
+                    for job in list(active):
                         self._finish(job, active, None)
                     break
                 for job in list(active):

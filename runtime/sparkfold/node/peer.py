@@ -17,9 +17,10 @@ import threading
 import time
 from collections.abc import Callable
 
+from sparkfold.config import Settings
 from sparkfold.protocol import PeerState
 
-__all__ = ["HEARTBEAT_PORT_OFFSET", "PeerWatch"]
+__all__ = ["HEARTBEAT_PORT_OFFSET", "PeerWatch", "start_peer_watch"]
 
 log = logging.getLogger(__name__)
 
@@ -106,3 +107,19 @@ class PeerWatch:
                     f"peer rank {1 - self.rank} at {self.peer} {what} for {silent:.1f} s "
                     f"(fabric.peer_timeout_s = {self.timeout_s:g}); exiting"
                 )
+
+
+def start_peer_watch(settings: Settings, on_lost: Callable[[str], None]) -> PeerWatch | None:
+    """The running watch for this node's rank, or None for a single-rank engine (``tp = 1``)."""
+    if settings.engine.tp == 1:
+        return None
+    fabric = settings.fabric
+    return PeerWatch(
+        rank=settings.node.rank,
+        address=str(fabric.address),
+        peer=str(fabric.peer),
+        port=fabric.rendezvous_port + HEARTBEAT_PORT_OFFSET,
+        heartbeat_s=fabric.heartbeat_s,
+        timeout_s=fabric.peer_timeout_s,
+        on_lost=on_lost,
+    ).start()

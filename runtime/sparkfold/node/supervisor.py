@@ -23,7 +23,7 @@ from typing import Any
 from sparkfold.config import Settings
 from sparkfold.engines.models import resolve_model
 from sparkfold.node.notify import notify, watchdog_interval_s
-from sparkfold.node.peer import HEARTBEAT_PORT_OFFSET, PeerWatch
+from sparkfold.node.peer import HEARTBEAT_PORT_OFFSET, PeerWatch, start_peer_watch
 from sparkfold.protocol import PeerState
 
 __all__ = ["EngineUnavailable", "RankError", "describe", "run_rank"]
@@ -68,6 +68,10 @@ def _configure_logging(settings: Settings) -> None:
 def describe(settings: Settings) -> dict[str, Any]:
     """What :func:`run_rank` would run with these settings (``sparkfold engine --dry-run``)."""
     engine, fabric, rank = settings.engine, settings.fabric, settings.node.rank
+    if engine.kind == "tensorfold":
+        from sparkfold.node.tensorfold_rank import plan_for
+
+        return {"kind": engine.kind, **plan_for(settings).as_dict()}
     try:
         model = resolve_model(engine.model, engine.transformers.gguf_file).describe()
     except FileNotFoundError as exc:
@@ -103,12 +107,20 @@ def run_rank(settings: Settings) -> int:
     """Run the engine rank to the end; the process exit code."""
     _configure_logging(settings)
     engine = settings.engine
+    if engine.kind == "tensorfold":
+        from sparkfold.engines.tensorfold_process import RankStartError
+        from sparkfold.node.tensorfold_rank import run_tensorfold_rank
+
+        try:
+            return run_tensorfold_rank(settings, die=_die)
+        except RankStartError as exc:
+            raise RankError(str(exc)) from None
     if engine.kind != "transformers":
         raise EngineUnavailable(
             f'engine.kind = {engine.kind!r} is not available yet in this build; use "transformers"'
         )
     notify(f"MAINPID={os.getpid()}", "STATUS=starting")
-    watch = _start_peer_watch(settings)
+    watch = start_peer_watch(settings, on_lost=_die)
     from sparkfold.engines.tensor_parallel import EngineMismatch, Rendezvous
     from sparkfold.engines.transformers_backend import load
 
@@ -135,21 +147,6 @@ def run_rank(settings: Settings) -> int:
         return _follow(loaded.runner, watch)
     assert http is not None
     return asyncio.run(_serve(settings, loaded.generator, watch, http))
-
-
-def _start_peer_watch(settings: Settings) -> PeerWatch | None:
-    if settings.engine.tp == 1:
-        return None
-    fabric = settings.fabric
-    return PeerWatch(
-        rank=settings.node.rank,
-        address=str(fabric.address),
-        peer=str(fabric.peer),
-        port=fabric.rendezvous_port + HEARTBEAT_PORT_OFFSET,
-        heartbeat_s=fabric.heartbeat_s,
-        timeout_s=fabric.peer_timeout_s,
-        on_lost=_die,
-    ).start()
 
 
 def _follow(runner: Any, watch: PeerWatch | None) -> int:

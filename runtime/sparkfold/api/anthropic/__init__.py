@@ -1,0 +1,1 @@
+"""The Anthropic Messages dialect: a translator onto the one chat pipeline."""

@@ -1,0 +1,75 @@
+"""Wire models of Anthropic's Messages API (https://docs.anthropic.com/en/api/messages).
+
+Request fields in the order of the reference. Content blocks stay plain dicts (the translator
+reads them by ``type`` and names the offending block when one is malformed), so a new block type
+is an explicit 400 rather than a validation maze.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["CountTokensRequest", "CountTokensResponse", "Message", "MessagesRequest", "MessagesResponse"]
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class Message(_Request):
+    role: Literal["user", "assistant"]
+    content: str | list[dict[str, Any]]
+
+
+class MessagesRequest(_Request):
+    model: str
+    messages: list[Message] = Field(min_length=1)
+    max_tokens: int = Field(ge=1)
+    container: Any = None
+    mcp_servers: Any = None
+    metadata: dict[str, Any] | None = None
+    service_tier: str | None = None
+    stop_sequences: list[str] | None = None
+    stream: bool = False
+    system: str | list[dict[str, Any]] | None = None
+    temperature: float | None = Field(None, ge=0, le=1)
+    thinking: dict[str, Any] | None = None
+    tool_choice: dict[str, Any] | None = None
+    tools: list[dict[str, Any]] | None = None
+    top_k: int | None = Field(None, ge=0)
+    top_p: float | None = Field(None, ge=0, le=1)
+    output_config: dict[str, Any] | None = Field(
+        None, description="`effort` (low/medium/high/max) and `format` (a JSON schema for the answer)"
+    )
+
+
+class CountTokensRequest(_Request):
+    model: str
+    messages: list[Message] = Field(min_length=1)
+    system: str | list[dict[str, Any]] | None = None
+    thinking: dict[str, Any] | None = None
+    tool_choice: dict[str, Any] | None = None
+    tools: list[dict[str, Any]] | None = None
+
+
+class CountTokensResponse(BaseModel):
+    input_tokens: int
+
+
+class Usage(BaseModel):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_input_tokens: int | None = None
+
+
+class MessagesResponse(BaseModel):
+    id: str
+    type: Literal["message"] = "message"
+    role: Literal["assistant"] = "assistant"
+    model: str
+    content: list[dict[str, Any]]
+    stop_reason: Literal["end_turn", "max_tokens", "stop_sequence", "tool_use", "refusal"] | None
+    stop_sequence: str | None = None
+    usage: Usage

@@ -1,0 +1,57 @@
+"""Serving of `/v1/messages` and `/v1/messages/count_tokens`: translate, reuse chat, translate back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sparkfold.api.anthropic.protocol import CountTokensRequest, MessagesRequest
+from sparkfold.api.anthropic.stream import anthropic_sse
+from sparkfold.api.anthropic.translate import from_chat, to_chat, to_chat_messages
+from sparkfold.api.context import CallContext
+from sparkfold.api.errors import ApiError, InvalidRequest, UpstreamError
+from sparkfold.api.openai.serving import ChatServing, log_ignored
+from sparkfold.api.streaming import EventStream
+from sparkfold.api.upstream import Engine
+
+__all__ = ["MessagesServing"]
+
+
+class MessagesServing:
+    def __init__(self, *, chat: ChatServing, engine: Engine) -> None:
+        self.chat = chat
+        self.engine = engine
+
+    async def create(
+        self, request: MessagesRequest, call: CallContext
+    ) -> dict[str, Any] | ApiError | EventStream:
+        log_ignored(request, call)
+        chat_request = to_chat(request)
+        if isinstance(chat_request, ApiError):
+            return chat_request
+        prepared = self.chat.prepare(chat_request, call)
+        if isinstance(prepared, ApiError):
+            return prepared
+        if not request.stream:
+            result = await self.chat.complete(prepared)
+            if isinstance(result, ApiError):
+                return result
+            return from_chat(result, model=request.model, stop_sequences=request.stop_sequences)
+        stream = await self.chat.open(prepared, call)
+        if isinstance(stream, ApiError):
+            return stream
+        events = anthropic_sse(stream, model=request.model, stop_sequences=request.stop_sequences)
+        return EventStream(events, stream.aclose, self.chat.metrics.cancelled.inc)
+
+    async def count_tokens(self, request: CountTokensRequest, call: CallContext) -> dict[str, Any] | ApiError:
+        log_ignored(request, call)
+        messages = to_chat_messages(request)
+        if isinstance(messages, InvalidRequest):
+            return messages
+        try:
+            result = await self.engine.post_json("/tokenize", {"messages": messages})
+        except ApiError as error:
+            return error
+        count = result.get("count")
+        if not isinstance(count, int):
+            return UpstreamError("the engine's /tokenize answer has no count")
+        return {"input_tokens": count}

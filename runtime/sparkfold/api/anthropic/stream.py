@@ -1,0 +1,139 @@
+"""Chat events as Anthropic Messages stream events.
+
+``message_start``; for each run of reasoning, text or a tool call a ``content_block_start``,
+its deltas (``thinking_delta``, ``text_delta``, ``input_json_delta``) and ``content_block_stop``;
+``message_delta`` with the stop reason and usage; ``message_stop``. Silence becomes ``ping``; an
+engine error after the stream opened becomes an ``error`` event, which ends the stream.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterable, AsyncIterator
+from typing import Any
+
+from sparkfold.api.anthropic.translate import anthropic_usage, stop_of
+from sparkfold.api.chat_stream import DONE, ChatEvent, as_chunk, choices_of, each_event, is_text
+from sparkfold.protocol import new_id
+
+__all__ = ["anthropic_sse"]
+
+
+def event(name: str, data: dict[str, Any]) -> bytes:
+    return f"event: {name}\ndata: {json.dumps(data, ensure_ascii=False, separators=(',', ':'))}\n\n".encode()
+
+
+PING = event("ping", {"type": "ping"})
+
+
+class _Blocks:
+    """The open content block and the index of the next one."""
+
+    def __init__(self) -> None:
+        self.index = -1
+        self.kind: str | None = None
+
+    def switch(self, kind: str, start: dict[str, Any]) -> list[bytes]:
+        out = self.close()
+        self.index += 1
+        self.kind = kind
+        out.append(
+            event(
+                "content_block_start",
+                {"type": "content_block_start", "index": self.index, "content_block": start},
+            )
+        )
+        return out
+
+    def close(self) -> list[bytes]:
+        if self.kind is None:
+            return []
+        self.kind = None
+        return [event("content_block_stop", {"type": "content_block_stop", "index": self.index})]
+
+    def delta(self, body: dict[str, Any]) -> bytes:
+        return event(
+            "content_block_delta", {"type": "content_block_delta", "index": self.index, "delta": body}
+        )
+
+
+async def anthropic_sse(
+    batches: AsyncIterable[list[ChatEvent]], *, model: str, stop_sequences: list[str] | None
+) -> AsyncIterator[bytes]:
+    blocks = _Blocks()
+    finish: dict[str, Any] = {}
+    usage: dict[str, Any] = {}
+    yield event(
+        "message_start",
+        {
+            "type": "message_start",
+            "message": {
+                "id": new_id("msg"),
+                "type": "message",
+                "role": "assistant",
+                "model": model,
+                "content": [],
+                "stop_reason": None,
+                "stop_sequence": None,
+                "usage": {"input_tokens": 0, "output_tokens": 0},
+            },
+        },
+    )
+    async for item in each_event(batches):
+        if item is None:
+            yield PING
+            continue
+        if item is DONE:
+            break
+        chunk = as_chunk(item)  # type: ignore[arg-type]
+        if "error" in chunk:
+            for out in blocks.close():
+                yield out
+            info = chunk["error"] if isinstance(chunk["error"], dict) else {}
+            message = str(info.get("message") or chunk["error"])
+            yield event("error", {"type": "error", "error": {"type": "api_error", "message": message}})
+            return
+        if isinstance(chunk.get("usage"), dict):
+            usage = chunk["usage"]
+        for choice, delta in choices_of(chunk):
+            if is_text(delta.get("reasoning_content")):
+                if blocks.kind != "thinking":
+                    for out in blocks.switch(
+                        "thinking", {"type": "thinking", "thinking": "", "signature": ""}
+                    ):
+                        yield out
+                yield blocks.delta({"type": "thinking_delta", "thinking": delta["reasoning_content"]})
+            if is_text(delta.get("content")):
+                if blocks.kind != "text":
+                    for out in blocks.switch("text", {"type": "text", "text": ""}):
+                        yield out
+                yield blocks.delta({"type": "text_delta", "text": delta["content"]})
+            for call in delta.get("tool_calls") or []:
+                function = call.get("function") or {}
+                start = {
+                    "type": "tool_use",
+                    "id": call.get("id") or new_id("toolu"),
+                    "name": function.get("name", ""),
+                    "input": {},
+                }
+                for out in blocks.switch("tool_use", start):
+                    yield out
+                yield blocks.delta(
+                    {"type": "input_json_delta", "partial_json": function.get("arguments") or "{}"}
+                )
+                for out in blocks.close():
+                    yield out
+            if choice.get("finish_reason"):
+                finish = choice
+    for out in blocks.close():
+        yield out
+    stop_reason, stop_sequence = stop_of(finish, stop_sequences)
+    yield event(
+        "message_delta",
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
+            "usage": anthropic_usage(usage),
+        },
+    )
+    yield event("message_stop", {"type": "message_stop"})

@@ -1,0 +1,296 @@
+"""Anthropic Messages <-> the engine's chat completions.
+
+:func:`to_chat` turns a Messages request into a chat request (system prompt, text and image
+blocks, ``tool_use`` / ``tool_result``, thinking blocks as ``reasoning_content``, stop sequences,
+``thinking``, ``output_config.effort`` and ``.format``) or an error naming the block.
+:func:`from_chat` turns a chat completion into a Messages response.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import ValidationError
+
+from sparkfold.api.anthropic.protocol import CountTokensRequest, MessagesRequest
+from sparkfold.api.errors import InvalidRequest
+from sparkfold.protocol import ChatCompletionRequest, new_id
+
+__all__ = ["STOP_REASONS", "from_chat", "to_chat", "to_chat_messages"]
+
+STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
+_REFUSED = ("container", "mcp_servers")
+
+
+def _text_of(content: Any, where: str) -> str | InvalidRequest:
+    if isinstance(content, str):
+        return content
+    texts = []
+    for j, block in enumerate(content or []):
+        if (
+            not isinstance(block, dict)
+            or block.get("type") != "text"
+            or not isinstance(block.get("text"), str)
+        ):
+            return InvalidRequest(f"{where}[{j}] must be a text block", param=f"{where}[{j}]")
+        texts.append(block["text"])
+    return "\n\n".join(texts)
+
+
+def _image_part(block: dict[str, Any], where: str) -> dict[str, Any] | InvalidRequest:
+    source = block.get("source")
+    if isinstance(source, dict) and source.get("type") == "base64":
+        media, data = source.get("media_type"), source.get("data")
+        if isinstance(media, str) and isinstance(data, str):
+            return {"type": "image_url", "image_url": {"url": f"data:{media};base64,{data}"}}
+    if isinstance(source, dict) and source.get("type") == "url" and isinstance(source.get("url"), str):
+        return {"type": "image_url", "image_url": {"url": source["url"]}}
+    return InvalidRequest(
+        f"{where}.source must be {{type: base64, media_type, data}} or {{type: url, url}}", param=where
+    )
+
+
+def _user_turn(content: list[dict[str, Any]], where: str) -> list[dict[str, Any]] | InvalidRequest:
+    """A user turn: tool results first (as ``tool`` messages), then text and images."""
+    messages: list[dict[str, Any]] = []
+    parts: list[dict[str, Any]] = []
+    carried: list[dict[str, Any]] = []  # images inside tool results ride with the user message
+    for j, block in enumerate(content):
+        at = f"{where}.content[{j}]"
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "text" and isinstance(block.get("text"), str):
+            parts.append({"type": "text", "text": block["text"]})
+        elif kind == "image":
+            part = _image_part(block, at)
+            if isinstance(part, InvalidRequest):
+                return part
+            parts.append(part)
+        elif kind == "tool_result" and isinstance(block.get("tool_use_id"), str):
+            inner = block.get("content", "")
+            texts: list[str] = []
+            for k, item in enumerate([inner] if isinstance(inner, str) else inner or []):
+                if isinstance(item, str):
+                    texts.append(item)
+                elif (
+                    isinstance(item, dict)
+                    and item.get("type") == "text"
+                    and isinstance(item.get("text"), str)
+                ):
+                    texts.append(item["text"])
+                elif isinstance(item, dict) and item.get("type") == "image":
+                    part = _image_part(item, f"{at}.content[{k}]")
+                    if isinstance(part, InvalidRequest):
+                        return part
+                    carried.append(part)
+                else:
+                    return InvalidRequest(f"{at}.content[{k}] must be a text or image block", param=at)
+            text = "\n".join(texts)
+            if block.get("is_error"):
+                text = f"[tool error] {text}"
+            messages.append({"role": "tool", "tool_call_id": block["tool_use_id"], "content": text})
+        else:
+            return InvalidRequest(
+                f"{at}: unsupported or malformed block (type {kind!r}) in a user message; "
+                "use text, image or tool_result",
+                param=at,
+            )
+    if parts or carried:
+        messages.append({"role": "user", "content": parts + carried})
+    return messages
+
+
+def _assistant_turn(content: list[dict[str, Any]], where: str) -> dict[str, Any] | InvalidRequest:
+    text, reasoning, calls = [], [], []
+    for j, block in enumerate(content):
+        at = f"{where}.content[{j}]"
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "text" and isinstance(block.get("text"), str):
+            text.append(block["text"])
+        elif kind == "thinking" and isinstance(block.get("thinking"), str):
+            reasoning.append(block["thinking"])
+        elif kind == "tool_use" and isinstance(block.get("id"), str) and isinstance(block.get("name"), str):
+            arguments = block.get("input", {})
+            if not isinstance(arguments, dict):
+                return InvalidRequest(f"{at}.input must be an object", param=f"{at}.input")
+            calls.append(
+                {
+                    "id": block["id"],
+                    "type": "function",
+                    "function": {
+                        "name": block["name"],
+                        "arguments": json.dumps(arguments, ensure_ascii=False),
+                    },
+                }
+            )
+        elif kind == "redacted_thinking":
+            return InvalidRequest(f"{at}: redacted_thinking blocks are not supported; drop them", param=at)
+        else:
+            return InvalidRequest(
+                f"{at}: unsupported or malformed block (type {kind!r}) in an assistant message; "
+                "use text, thinking or tool_use",
+                param=at,
+            )
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(text)}
+    if reasoning:
+        message["reasoning_content"] = "".join(reasoning)
+    if calls:
+        message["tool_calls"] = calls
+    return message
+
+
+def to_chat_messages(request: MessagesRequest | CountTokensRequest) -> list[dict[str, Any]] | InvalidRequest:
+    messages: list[dict[str, Any]] = []
+    if request.system is not None:
+        system = _text_of(request.system, "system")
+        if isinstance(system, InvalidRequest):
+            return system
+        messages.append({"role": "system", "content": system})
+    for i, message in enumerate(request.messages):
+        where = f"messages[{i}]"
+        if isinstance(message.content, str):
+            messages.append({"role": message.role, "content": message.content})
+            continue
+        turn = (_user_turn if message.role == "user" else _assistant_turn)(message.content, where)
+        if isinstance(turn, InvalidRequest):
+            return turn
+        messages += turn if isinstance(turn, list) else [turn]
+    return messages
+
+
+def _tools(request: MessagesRequest | CountTokensRequest) -> list[dict[str, Any]] | InvalidRequest | None:
+    if request.tools is None:
+        return None
+    tools = []
+    for i, tool in enumerate(request.tools):
+        if not isinstance(tool.get("name"), str) or not isinstance(tool.get("input_schema"), dict):
+            return InvalidRequest(
+                f"tools[{i}] needs a name and an input_schema object (server tools are not supported)",
+                param=f"tools[{i}]",
+            )
+        function = {"name": tool["name"], "parameters": tool["input_schema"]}
+        if isinstance(tool.get("description"), str):
+            function["description"] = tool["description"]
+        tools.append({"type": "function", "function": function})
+    return tools
+
+
+def _tool_choice(choice: dict[str, Any] | None) -> tuple[Any, bool | None] | InvalidRequest:
+    if choice is None:
+        return None, None
+    kind = choice.get("type")
+    parallel = False if choice.get("disable_parallel_tool_use") else None
+    if kind == "auto":
+        return "auto", parallel
+    if kind == "any":
+        return "required", parallel
+    if kind == "none":
+        return "none", parallel
+    if kind == "tool" and isinstance(choice.get("name"), str):
+        return {"type": "function", "function": {"name": choice["name"]}}, parallel
+    return InvalidRequest(
+        "tool_choice.type must be auto, any, none or tool (with a name)", param="tool_choice"
+    )
+
+
+def to_chat(request: MessagesRequest) -> ChatCompletionRequest | InvalidRequest:
+    for name in _REFUSED:
+        if getattr(request, name) is not None:
+            return InvalidRequest(f"{name} is not supported by this server; leave it out", param=name)
+    messages = to_chat_messages(request)
+    if isinstance(messages, InvalidRequest):
+        return messages
+    tools = _tools(request)
+    if isinstance(tools, InvalidRequest):
+        return tools
+    choice = _tool_choice(request.tool_choice)
+    if isinstance(choice, InvalidRequest):
+        return choice
+    fields: dict[str, Any] = {
+        "model": request.model,
+        "messages": messages,
+        "max_tokens": request.max_tokens,
+        "stream": request.stream,
+    }
+    if request.stream:
+        fields["stream_options"] = {"include_usage": True}
+    for name in ("temperature", "top_p", "top_k"):
+        if getattr(request, name) is not None:
+            fields[name] = getattr(request, name)
+    if request.stop_sequences:
+        fields["stop"] = request.stop_sequences
+    if tools is not None:
+        fields["tools"] = tools
+    if choice[0] is not None:
+        fields["tool_choice"] = choice[0]
+    if choice[1] is not None:
+        fields["parallel_tool_calls"] = choice[1]
+    if request.thinking is not None:
+        fields["thinking"] = request.thinking  # read by the reasoning controls
+    config = request.output_config or {}
+    if config.get("effort") is not None:
+        fields["reasoning_effort"] = config["effort"]
+    if isinstance(config.get("format"), dict):
+        fields["response_format"] = config["format"]
+    try:
+        return ChatCompletionRequest.model_validate(fields)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        return InvalidRequest(
+            f"cannot translate the request: {where}: {first.get('msg')}", param=where or None
+        )
+
+
+def from_chat(result: dict[str, Any], *, model: str, stop_sequences: list[str] | None) -> dict[str, Any]:
+    """A chat completion as a Messages response."""
+    choice = (result.get("choices") or [{}])[0]
+    message = choice.get("message") or {}
+    content: list[dict[str, Any]] = []
+    if message.get("reasoning_content"):
+        content.append({"type": "thinking", "thinking": message["reasoning_content"], "signature": ""})
+    if message.get("content"):
+        content.append({"type": "text", "text": message["content"]})
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") or {}
+        try:
+            arguments = json.loads(function.get("arguments") or "{}")
+        except ValueError:
+            arguments = {}
+        content.append(
+            {
+                "type": "tool_use",
+                "id": call.get("id") or new_id("toolu"),
+                "name": function.get("name", ""),
+                "input": arguments if isinstance(arguments, dict) else {},
+            }
+        )
+    stop_reason, stop_sequence = stop_of(choice, stop_sequences)
+    usage = result.get("usage") or {}
+    return {
+        "id": new_id("msg"),
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": stop_reason,
+        "stop_sequence": stop_sequence,
+        "usage": anthropic_usage(usage),
+    }
+
+
+def stop_of(choice: dict[str, Any], stop_sequences: list[str] | None) -> tuple[str, str | None]:
+    finish = choice.get("finish_reason") or "stop"
+    matched = choice.get("stop_reason")
+    if finish == "stop" and isinstance(matched, str) and matched in (stop_sequences or []):
+        return "stop_sequence", matched
+    return STOP_REASONS.get(finish, "end_turn"), None
+
+
+def anthropic_usage(usage: dict[str, Any]) -> dict[str, Any]:
+    details = usage.get("prompt_tokens_details") or {}
+    return {
+        "input_tokens": int(usage.get("prompt_tokens") or 0),
+        "output_tokens": int(usage.get("completion_tokens") or 0),
+        "cache_read_input_tokens": int(details.get("cached_tokens") or 0),
+    }

@@ -1,0 +1,167 @@
+"""Compose the gateway: serving objects, routers, and the middleware stack around them.
+
+:func:`create_app` builds everything from :class:`~sparkfold.config.Settings` and returns an
+:class:`App` (an ASGI application). ``transport`` replaces the network to the engine in tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from sparkfold import __version__
+from sparkfold.api import routes
+from sparkfold.api.anthropic import routes as anthropic_routes
+from sparkfold.api.anthropic.serving import MessagesServing
+from sparkfold.api.errors import ApiError, ClientError, InvalidRequest, NotFound, error_response
+from sparkfold.api.health import HealthServing
+from sparkfold.api.keys import KeyStore
+from sparkfold.api.lanes import Lanes
+from sparkfold.api.limits import MediaLimits
+from sparkfold.api.metrics import Metrics
+from sparkfold.api.middleware import Admission, Auth, BodyLimit, Observe, RequestId, ServerErrors
+from sparkfold.api.openai import routes as openai_routes
+from sparkfold.api.openai.serving import ChatServing, CompletionServing, UtilityServing
+from sparkfold.api.responses import routes as responses_routes
+from sparkfold.api.responses.serving import ResponsesServing
+from sparkfold.api.responses.store import ResponseStore
+from sparkfold.api.state import Gateway
+from sparkfold.api.upstream import Engine
+from sparkfold.config import Settings
+
+__all__ = ["GENERATING_PATHS", "OPEN_PATHS", "App", "build_stack", "create_app"]
+
+# Routes that make the engine generate: they take a lane.
+GENERATING_PATHS = frozenset(
+    {"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages", "/messages"}
+)
+# Routes answered without an API key.
+OPEN_PATHS = frozenset({"/health", "/v1/health", "/docs", "/docs/oauth2-redirect", "/openapi.json"})
+
+
+def build_stack(app: ASGIApp, gateway: Gateway, settings: Settings) -> ASGIApp:
+    """Wrap ``app`` in the middleware, innermost first; the comment on each says why it sits there."""
+    api = settings.api
+    # innermost: a lane is taken only for a request that passed every cheaper check
+    app = Admission(app, lanes=gateway.lanes, paths=GENERATING_PATHS, metrics=gateway.metrics)
+    # before admission: a too-large body is refused before it is buffered for the queue
+    app = BodyLimit(app, max_bytes=int(api.max_body_mib * (1 << 20)))
+    # before the body is read at all: unauthenticated clients cost nothing
+    app = Auth(app, keys=gateway.keys, required=api.keys_required, open_paths=OPEN_PATHS)
+    # sees every final status, 401/413/429 included
+    app = Observe(app, metrics=gateway.metrics)
+    # every log line and response, errors included, carries the id
+    app = RequestId(app)
+    # outermost: nothing escapes as a dropped connection
+    return ServerErrors(app)
+
+
+def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
+    parts, first = [], None
+    for error in exc.errors()[:3]:
+        location = ".".join(str(p) for p in error.get("loc", ()) if p != "body")
+        first = first or location or None
+        parts.append(f"{location or 'body'}: {error.get('msg', 'invalid')}")
+    more = len(exc.errors()) - 3
+    suffix = f" (and {more} more)" if more > 0 else ""
+    return "invalid request: " + "; ".join(parts) + suffix, first
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    async def on_validation(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestValidationError)
+        message, param = _validation_message(exc)
+        return error_response(InvalidRequest(message, param=param), request.url.path)
+
+    async def on_http(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        error: ApiError
+        if exc.status_code == 404:
+            error = NotFound(f"no route {request.method} {request.url.path}; see /docs")
+        else:
+            error = ClientError(str(exc.detail))
+            error.status = exc.status_code
+        return error_response(error, request.url.path)
+
+    async def on_recursion(request: Request, exc: Exception) -> Response:
+        return error_response(InvalidRequest("the JSON body nests too deeply"), request.url.path)
+
+    async def on_bug(request: Request, exc: Exception) -> Response:
+        # starlette's ServerErrorMiddleware calls this for anything unhandled (then re-raises it,
+        # so ServerErrors logs the traceback): the client still gets JSON in its dialect
+        request_id = request.scope.get("state", {}).get("request_id")
+        error = ApiError(f"internal error (request id {request_id}); the gateway log has the details")
+        return error_response(error, request.url.path)
+
+    app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(HTTPException, on_http)
+    app.add_exception_handler(RecursionError, on_recursion)
+    app.add_exception_handler(Exception, on_bug)
+
+
+class App:
+    """The gateway as an ASGI application; ``gateway`` holds its long-lived objects."""
+
+    def __init__(self, settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
+        api = settings.api
+        engine = Engine(
+            settings.engine_url,
+            timeout_s=api.upstream_timeout_s,
+            transport=transport,
+            concurrency=api.parallel + 4,  # the lanes, plus health, metrics and tokenizer calls
+        )
+        lanes = Lanes(api.parallel, api.max_queued)
+        metrics = Metrics(lanes)
+        served = settings.engine.served_name
+        chat = ChatServing(
+            engine=engine,
+            metrics=metrics,
+            limits=MediaLimits.of(api),
+            keepalive_s=api.keepalive_s,
+            served_name=served,
+        )
+        self.gateway = Gateway(
+            engine=engine,
+            lanes=lanes,
+            metrics=metrics,
+            keys=KeyStore(api.api_keys_file),
+            chat=chat,
+            completion=CompletionServing(
+                engine=engine, metrics=metrics, keepalive_s=api.keepalive_s, served_name=served
+            ),
+            utility=UtilityServing(engine=engine, served_name=served),
+            messages=MessagesServing(chat=chat, engine=engine),
+            responses=ResponsesServing(chat=chat, store=ResponseStore(api.max_stored_responses)),
+            health=HealthServing(engine=engine, lanes=lanes, metrics=metrics),
+        )
+
+        @asynccontextmanager
+        async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+            yield
+            await engine.aclose()
+
+        self.fastapi = FastAPI(
+            title="sparkfold",
+            version=__version__,
+            description="OpenAI- and Anthropic-compatible API in front of one engine server",
+            lifespan=lifespan,
+        )
+        self.fastapi.state.gateway = self.gateway
+        _install_error_handlers(self.fastapi)
+        for router in (routes.router, openai_routes.router, anthropic_routes.router, responses_routes.router):
+            self.fastapi.include_router(router)
+        self._stack = build_stack(self.fastapi, self.gateway, settings)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._stack(scope, receive, send)
+
+
+def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None) -> App:
+    return App(settings, transport=transport)

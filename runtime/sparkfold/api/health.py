@@ -1,0 +1,83 @@
+"""``GET /health`` and ``GET /metrics``: the gateway's state joined with the engine's.
+
+Health is ``ok`` when the engine answers ``ok`` and its peer rank (the ``peer`` block of the
+engine's ``/health``; absent on a single-rank engine) is not lost. Routes answer 503 otherwise,
+with the same body, so a load balancer and a human read the same facts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field, ValidationError
+
+from sparkfold import __version__
+from sparkfold.api.errors import ApiError
+from sparkfold.api.lanes import Lanes
+from sparkfold.api.metrics import Metrics
+from sparkfold.api.upstream import Engine
+from sparkfold.protocol import EngineHealth, PeerState
+
+__all__ = ["GatewayHealth", "HealthServing"]
+
+PROBE_TIMEOUT_S = 3.0
+
+
+class LaneReport(BaseModel):
+    total: int
+    busy: int
+    free: int
+
+
+class QueueReport(BaseModel):
+    length: int
+    max: int
+
+
+class GatewayHealth(BaseModel):
+    ok: bool = Field(description="gateway up, engine ok, peer rank not lost")
+    gateway: dict[str, Any]
+    engine: dict[str, Any] = Field(description="the engine's /health, or ok=false and the error")
+    peer: PeerState | None = Field(None, description="the engine's peer rank; null on a single rank")
+    lanes: LaneReport
+    queue: QueueReport
+
+
+class HealthServing:
+    def __init__(self, *, engine: Engine, lanes: Lanes, metrics: Metrics) -> None:
+        self.engine = engine
+        self.lanes = lanes
+        self.metrics = metrics
+
+    async def health(self) -> GatewayHealth:
+        state = self.lanes.state
+        peer: PeerState | None = None
+        try:
+            raw = await self.engine.get_json("/health", timeout_s=PROBE_TIMEOUT_S)
+            engine = EngineHealth.model_validate(raw)
+            peer = engine.peer
+            engine_report: dict[str, Any] = {
+                "url": self.engine.base_url,
+                **engine.model_dump(exclude={"peer"}),
+            }
+            engine_ok = engine.ok
+        except (ApiError, ValidationError) as exc:
+            message = exc.message if isinstance(exc, ApiError) else "the engine's /health is malformed"
+            engine_report = {"url": self.engine.base_url, "ok": False, "error": message}
+            engine_ok = False
+        peer_ok = peer is None or peer.state != "lost"
+        return GatewayHealth(
+            ok=engine_ok and peer_ok,
+            gateway={"ok": True, "version": __version__},
+            engine=engine_report,
+            peer=peer,
+            lanes=LaneReport(total=state.total, busy=state.busy, free=state.free),
+            queue=QueueReport(length=state.queued, max=state.max_queued),
+        )
+
+    async def metrics_text(self) -> bytes:
+        try:
+            engine_text: str | None = await self.engine.get_text("/metrics", timeout_s=PROBE_TIMEOUT_S)
+        except ApiError:
+            engine_text = None
+        return self.metrics.render(engine_text)

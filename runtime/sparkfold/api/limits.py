@@ -1,0 +1,114 @@
+"""Request limits the gateway enforces before anything reaches the engine.
+
+Each check returns a :class:`~sparkfold.api.errors.ClientError` naming the field, the limit and
+the setting that holds it, or ``None``. Media are counted in chat content parts
+(``image_url`` / ``video_url``; the Anthropic and Responses translations produce the same parts);
+a ``data:`` URL's size is its decoded size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sparkfold.api.errors import ClientError, InvalidRequest, LimitExceeded
+from sparkfold.config import ApiSettings
+
+__all__ = ["MediaLimits", "check_media", "check_sampling"]
+
+_MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class MediaLimits:
+    max_images: int
+    max_image_bytes: int
+    max_videos: int
+    max_video_bytes: int
+
+    @classmethod
+    def of(cls, api: ApiSettings) -> MediaLimits:
+        return cls(
+            max_images=api.max_images,
+            max_image_bytes=int(api.max_image_mib * _MIB),
+            max_videos=api.max_videos,
+            max_video_bytes=int(api.max_video_mib * _MIB),
+        )
+
+
+def check_sampling(*, n: int | None, logprobs: Any, top_logprobs: Any) -> ClientError | None:
+    """Refuse what the engine cannot do: several choices, log-probabilities."""
+    if n is not None and n != 1:
+        return InvalidRequest(f"n must be 1 (this server returns one choice per request); got {n}", param="n")
+    if logprobs not in (None, False, 0):
+        return InvalidRequest(
+            "logprobs are not available from this engine; leave logprobs unset", param="logprobs"
+        )
+    if top_logprobs not in (None, 0):
+        return InvalidRequest(
+            "top_logprobs are not available from this engine; leave top_logprobs unset", param="top_logprobs"
+        )
+    return None
+
+
+def _data_url_bytes(url: str) -> int | None:
+    if not url.startswith("data:"):
+        return None
+    header, _, payload = url.partition(",")
+    if ";base64" not in header:
+        return len(payload)
+    payload = payload.strip()
+    return len(payload) * 3 // 4 - payload[-2:].count("=")
+
+
+def _part_url(part: dict[str, Any], key: str) -> str:
+    value = part.get(key)
+    if isinstance(value, dict):
+        value = value.get("url")
+    return value if isinstance(value, str) else ""
+
+
+def check_media(messages: Sequence[Any], limits: MediaLimits) -> ClientError | None:
+    """Count and size the images and videos of chat ``messages`` (objects with ``content``)."""
+    counts = {"image_url": 0, "video_url": 0}
+    for i, message in enumerate(messages):
+        content = getattr(message, "content", None)
+        if not isinstance(content, list):
+            continue
+        for j, part in enumerate(content):
+            if not isinstance(part, dict) or part.get("type") not in counts:
+                continue
+            kind = part["type"]
+            counts[kind] += 1
+            where = f"messages[{i}].content[{j}].{kind}"
+            size = _data_url_bytes(_part_url(part, kind))
+            if kind == "image_url":
+                count_limit, size_limit, count_key, size_key = (
+                    limits.max_images,
+                    limits.max_image_bytes,
+                    "api.max_images",
+                    "api.max_image_mib",
+                )
+                noun = "images"
+            else:
+                count_limit, size_limit, count_key, size_key = (
+                    limits.max_videos,
+                    limits.max_video_bytes,
+                    "api.max_videos",
+                    "api.max_video_mib",
+                )
+                noun = "videos"
+            if counts[kind] > count_limit:
+                return LimitExceeded(
+                    f"too many {noun}: at most {count_limit} per request ({count_key}); "
+                    f"{where} is number {counts[kind]}",
+                    param=where,
+                )
+            if size is not None and size > size_limit:
+                return LimitExceeded(
+                    f"{where} is {size / _MIB:.1f} MiB; at most {size_limit / _MIB:g} MiB each "
+                    f"({size_key}): send it smaller",
+                    param=where,
+                )
+    return None

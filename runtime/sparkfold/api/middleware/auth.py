@@ -1,0 +1,48 @@
+"""API keys: ``Authorization: Bearer KEY`` or ``x-api-key: KEY``; open paths need none."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from sparkfold.api.errors import Unauthorized, error_response
+from sparkfold.api.keys import KeyStore
+
+
+def presented_key(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
+    for name, value in headers:
+        if name == b"x-api-key":
+            return value.decode("latin-1").strip()
+        if name == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            if scheme.lower() == "bearer":
+                return token.strip()
+    return None
+
+
+class Auth:
+    """Refuse requests without an accepted key while ``keys`` holds any (or ``required`` is set)."""
+
+    def __init__(self, app: ASGIApp, *, keys: KeyStore, required: bool, open_paths: Iterable[str]) -> None:
+        self.app = app
+        self.keys = keys
+        self.required = required
+        self.open_paths = frozenset(open_paths)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in self.open_paths:
+            await self.app(scope, receive, send)
+            return
+        if not self.required and len(self.keys) == 0:
+            await self.app(scope, receive, send)
+            return
+        key = presented_key(scope["headers"])
+        if key is None:
+            error = Unauthorized("no API key: send it as 'Authorization: Bearer KEY' or 'x-api-key: KEY'")
+        elif not self.keys.accepts(key):
+            error = Unauthorized("the API key is not accepted (check it against api.api_keys_file)")
+        else:
+            await self.app(scope, receive, send)
+            return
+        await error_response(error, scope["path"])(scope, receive, send)

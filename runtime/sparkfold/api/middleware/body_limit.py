@@ -1,0 +1,42 @@
+"""Refuse request bodies past ``api.max_body_mib`` with 413, before anything buffers them."""
+
+from __future__ import annotations
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from sparkfold.api.errors import LimitExceeded, error_response
+from sparkfold.api.middleware._body import BodyTooLarge, ClientGone, read_body, replay
+
+
+class BodyLimit:
+    def __init__(self, app: ASGIApp, *, max_bytes: int) -> None:
+        if max_bytes < 1:
+            raise ValueError("max_bytes must be positive")
+        self.app = app
+        self.max_bytes = max_bytes
+
+    def _error(self) -> LimitExceeded:
+        mib = self.max_bytes / (1 << 20)
+        return LimitExceeded(
+            f"the request body is larger than {mib:g} MiB (api.max_body_mib); send less, "
+            "e.g. fewer or smaller images",
+            param="body",
+            status=413,
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS", "DELETE"):
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope["headers"]:
+            if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
+                await error_response(self._error(), scope["path"])(scope, receive, send)
+                return
+        try:
+            body = await read_body(receive, self.max_bytes)
+        except ClientGone:
+            return
+        except BodyTooLarge:
+            await error_response(self._error(), scope["path"])(scope, receive, send)
+            return
+        await self.app(scope, replay(body, receive), send)

@@ -1,0 +1,40 @@
+"""Outermost: an unexpected exception becomes a 500 JSON error, never a dropped connection."""
+
+from __future__ import annotations
+
+import logging
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from sparkfold.api.errors import ApiError, error_response
+
+log = logging.getLogger(__name__)
+
+
+class ServerErrors:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def _send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, _send)
+        except Exception as exc:
+            request_id = scope.get("state", {}).get("request_id")
+            log.exception("unhandled error", extra={"request_id": request_id, "path": scope["path"]})
+            if started:
+                return  # the response is under way; the server closes the connection
+            error = ApiError(f"internal error (request id {request_id}); the gateway log has the details")
+            if isinstance(exc, ApiError):
+                error = exc
+            await error_response(error, scope["path"])(scope, receive, send)

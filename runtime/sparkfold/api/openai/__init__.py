@@ -1,0 +1,1 @@
+"""The OpenAI dialect: chat completions, completions, models, tokenizer routes."""

@@ -1,0 +1,261 @@
+"""Serving logic of the OpenAI routes; the chat pipeline that the other dialects reuse.
+
+:class:`ChatServing` checks a chat request (limits, reasoning controls, ignored fields), sends
+it to the engine and cleans the answer (tool-call hygiene, ``reasoning`` alias). Every method
+returns a result or an :class:`~sparkfold.api.errors.ApiError` value; nothing here knows HTTP.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterable, AsyncIterator
+from typing import Any
+
+from pydantic import BaseModel
+
+from sparkfold.api.chat_stream import DONE, ChatEvent, ChatStream
+from sparkfold.api.context import CallContext
+from sparkfold.api.errors import ApiError, ClientError, UpstreamError
+from sparkfold.api.limits import MediaLimits, check_media, check_sampling
+from sparkfold.api.metrics import Metrics
+from sparkfold.api.openai.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    TokenizeRequest,
+)
+from sparkfold.api.reasoning import reasoning_controls
+from sparkfold.api.streaming import KEEPALIVE_COMMENT, EventStream
+from sparkfold.api.tools import Toolbox
+from sparkfold.api.upstream import Engine
+from sparkfold.protocol import SSE_DONE, ignored_fields, sse_event
+
+__all__ = ["ChatServing", "CompletionServing", "PreparedChat", "UtilityServing", "log_ignored", "openai_sse"]
+
+log = logging.getLogger(__name__)
+
+# Extra request fields the gateway reads itself (so they are not "ignored").
+_CONSUMED = frozenset({"thinking", "reasoning"})
+
+
+def log_ignored(request: BaseModel, call: CallContext, consumed: frozenset[str] = frozenset()) -> None:
+    names = [name for name in ignored_fields(request) if name not in consumed]
+    for i, message in enumerate(getattr(request, "messages", None) or []):
+        names += [f"messages[{i}].{name}" for name in ignored_fields(message)]
+    if names:
+        log.info("ignored request fields", extra={"request_id": call.request_id, "fields": names})
+
+
+def _known_fields(request: BaseModel) -> dict[str, Any]:
+    """The request as the engine should see it: fields the client set, extras left out."""
+    body = request.model_dump(exclude_unset=True, exclude_none=True)
+    for name in ignored_fields(request):
+        body.pop(name, None)
+    if isinstance(request, ChatCompletionRequest):
+        body["messages"] = [
+            {k: v for k, v in m.model_dump(exclude_none=True).items() if k not in (m.model_extra or {})}
+            for m in request.messages
+        ]
+    return body
+
+
+def _first_token_hook(metrics: Metrics, call: CallContext) -> Any:
+    return lambda: metrics.ttft.labels(call.route).observe(time.perf_counter() - call.started)
+
+
+class PreparedChat:
+    """A checked chat request: the engine body and the offered tools."""
+
+    __slots__ = ("body", "toolbox")
+
+    def __init__(self, body: dict[str, Any], toolbox: Toolbox) -> None:
+        self.body = body
+        self.toolbox = toolbox
+
+
+class ChatServing:
+    """``POST /v1/chat/completions``, and the pipeline under Messages and Responses."""
+
+    def __init__(
+        self, *, engine: Engine, metrics: Metrics, limits: MediaLimits, keepalive_s: float, served_name: str
+    ) -> None:
+        self.engine = engine
+        self.metrics = metrics
+        self.limits = limits
+        self.keepalive_s = keepalive_s
+        self.served_name = served_name
+
+    def prepare(self, request: ChatCompletionRequest, call: CallContext) -> PreparedChat | ClientError:
+        error = check_sampling(n=request.n, logprobs=request.logprobs, top_logprobs=request.top_logprobs)
+        error = error or check_media(request.messages, self.limits)
+        if error is not None:
+            return error
+        extra = request.model_extra or {}
+        kwargs = dict(request.chat_template_kwargs or {})
+        controls = reasoning_controls(
+            reasoning_effort=request.reasoning_effort,
+            template_kwargs=kwargs,
+            thinking=extra.get("thinking"),
+            reasoning=extra.get("reasoning"),
+        )
+        if isinstance(controls, ClientError):
+            return controls
+        log_ignored(request, call, _CONSUMED)
+        body = _known_fields(request)
+        body.setdefault("model", self.served_name)
+        body.pop("reasoning_effort", None)
+        kwargs.pop("thinking", None)
+        kwargs.pop("reasoning_effort", None)
+        if controls.effort is not None:
+            body["reasoning_effort"] = controls.effort
+        if controls.enable_thinking is not None:
+            kwargs["enable_thinking"] = controls.enable_thinking
+        if controls.budget is not None and "thinking_budget" not in body:
+            body["thinking_budget"] = controls.budget
+        if kwargs:
+            body["chat_template_kwargs"] = kwargs
+        else:
+            body.pop("chat_template_kwargs", None)
+        return PreparedChat(body, Toolbox(request.tools))
+
+    async def complete(self, prepared: PreparedChat) -> dict[str, Any] | ApiError:
+        """The whole reply at once, cleaned."""
+        try:
+            result = await self.engine.post_json("/v1/chat/completions", {**prepared.body, "stream": False})
+        except ApiError as error:
+            self._count_error(error)
+            return error
+        choices = result.get("choices")
+        if not isinstance(choices, list) or not all(
+            isinstance(c, dict) and isinstance(c.get("message"), dict) for c in choices
+        ):
+            self.metrics.upstream_errors.inc()
+            return UpstreamError("the engine's reply has no choices")
+        for choice in choices:
+            prepared.toolbox.clean_message(choice)
+            message = choice.get("message")
+            if isinstance(message, dict) and message.get("reasoning_content") is not None:
+                message["reasoning"] = message["reasoning_content"]
+        self.metrics.count_usage(result.get("usage"))
+        return result
+
+    async def open(self, prepared: PreparedChat, call: CallContext) -> ChatStream | ApiError:
+        """Open the engine stream; refusals come back as errors before anything is sent."""
+        try:
+            upstream = await self.engine.open_stream(
+                "/v1/chat/completions", {**prepared.body, "stream": True}
+            )
+        except ApiError as error:
+            self._count_error(error)
+            return error
+        return ChatStream(
+            upstream,
+            keepalive_s=self.keepalive_s,
+            toolbox=prepared.toolbox,
+            on_first_token=_first_token_hook(self.metrics, call),
+            on_usage=self.metrics.count_usage,
+        )
+
+    async def create(
+        self, request: ChatCompletionRequest, call: CallContext
+    ) -> dict[str, Any] | ApiError | EventStream:
+        prepared = self.prepare(request, call)
+        if isinstance(prepared, ApiError):
+            return prepared
+        if not request.stream:
+            return await self.complete(prepared)
+        stream = await self.open(prepared, call)
+        if isinstance(stream, ApiError):
+            return stream
+        return EventStream(openai_sse(stream), stream.aclose, self.metrics.cancelled.inc)
+
+    def _count_error(self, error: ApiError) -> None:
+        if not isinstance(error, ClientError):
+            self.metrics.upstream_errors.inc()
+
+
+async def openai_sse(batches: AsyncIterable[list[ChatEvent]]) -> AsyncIterator[bytes]:
+    """Chat events as OpenAI SSE bytes, one write per batch."""
+    async for batch in batches:
+        out = []
+        for event in batch:
+            if isinstance(event, bytes):
+                out.append(b"data: " + event + b"\n\n")
+            elif isinstance(event, dict):
+                out.append(sse_event(event))
+            elif event is None:
+                out.append(KEEPALIVE_COMMENT)
+            elif event is DONE:
+                out.append(SSE_DONE)
+        yield b"".join(out)
+
+
+class CompletionServing:
+    """``POST /v1/completions``: a raw prompt, relayed with the same limits and stream handling."""
+
+    def __init__(self, *, engine: Engine, metrics: Metrics, keepalive_s: float, served_name: str) -> None:
+        self.engine = engine
+        self.metrics = metrics
+        self.keepalive_s = keepalive_s
+        self.served_name = served_name
+
+    async def create(
+        self, request: CompletionRequest, call: CallContext
+    ) -> dict[str, Any] | ApiError | EventStream:
+        error = check_sampling(n=request.n, logprobs=request.logprobs, top_logprobs=None)
+        if error is not None:
+            return error
+        log_ignored(request, call)
+        body = _known_fields(request)
+        body.setdefault("model", self.served_name)
+        try:
+            if not request.stream:
+                result = await self.engine.post_json("/v1/completions", body)
+                self.metrics.count_usage(result.get("usage"))
+                return result
+            upstream = await self.engine.open_stream("/v1/completions", body)
+        except ApiError as failure:
+            if not isinstance(failure, ClientError):
+                self.metrics.upstream_errors.inc()
+            return failure
+        stream = ChatStream(
+            upstream,
+            keepalive_s=self.keepalive_s,
+            toolbox=Toolbox(None),
+            on_first_token=_first_token_hook(self.metrics, call),
+            on_usage=self.metrics.count_usage,
+        )
+        return EventStream(openai_sse(stream), stream.aclose, self.metrics.cancelled.inc)
+
+
+class UtilityServing:
+    """Models and the tokenizer routes: checked, then answered by the engine."""
+
+    def __init__(self, *, engine: Engine, served_name: str) -> None:
+        self.engine = engine
+        self.served_name = served_name
+
+    async def models(self) -> dict[str, Any] | ApiError:
+        try:
+            return await self.engine.get_json("/v1/models")
+        except ApiError as error:
+            return error
+
+    async def tokenize(self, request: TokenizeRequest, call: CallContext) -> dict[str, Any] | ApiError:
+        if (request.prompt is None) == (request.messages is None):
+            return ClientError("give exactly one of prompt or messages", param="prompt")
+        log_ignored(request, call)
+        try:
+            return await self.engine.post_json("/tokenize", _known_fields(request))
+        except ApiError as error:
+            return error
+
+    async def detokenize(self, request: DetokenizeRequest, call: CallContext) -> dict[str, Any] | ApiError:
+        log_ignored(request, call)
+        if any(token < 0 for token in request.tokens):
+            return ClientError("tokens must be non-negative token ids", param="tokens")
+        try:
+            return await self.engine.post_json("/detokenize", _known_fields(request))
+        except ApiError as error:
+            return error

@@ -1,0 +1,1 @@
+"""The OpenAI Responses dialect: run as a chat completion, kept in a bounded in-memory store."""

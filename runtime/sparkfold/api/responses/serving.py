@@ -1,0 +1,101 @@
+"""Serving logic of ``/v1/responses``: run as a chat completion, store the result when asked."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sparkfold.api.context import CallContext
+from sparkfold.api.errors import ApiError, NotFound
+from sparkfold.api.openai.serving import ChatServing, log_ignored
+from sparkfold.api.responses.protocol import ResponsesRequest
+from sparkfold.api.responses.store import ResponseStore
+from sparkfold.api.responses.stream import responses_sse
+from sparkfold.api.responses.translate import output_items, response_object, to_chat
+from sparkfold.api.streaming import EventStream
+from sparkfold.protocol import new_id
+
+__all__ = ["ResponsesServing"]
+
+
+class ResponsesServing:
+    def __init__(self, *, chat: ChatServing, store: ResponseStore) -> None:
+        self.chat = chat
+        self.store = store
+
+    async def create(
+        self, request: ResponsesRequest, call: CallContext
+    ) -> dict[str, Any] | ApiError | EventStream:
+        log_ignored(request, call, frozenset({"reasoning"}))
+        history: list[dict[str, Any]] = []
+        if request.previous_response_id is not None:
+            found = self.store.conversation(request.previous_response_id)
+            if found is None:
+                return NotFound(
+                    f"no stored response {request.previous_response_id!r} (it expired or was never stored)",
+                    param="previous_response_id",
+                )
+            history = found
+        chat_request = to_chat(request, history)
+        if isinstance(chat_request, ApiError):
+            return chat_request
+        prepared = self.chat.prepare(chat_request, call)
+        if isinstance(prepared, ApiError):
+            return prepared
+        response_id = new_id("resp")
+        model = request.model or self.chat.served_name
+        conversation = [m for m in prepared.body["messages"]]
+
+        def keep(response: dict[str, Any], reply: dict[str, Any]) -> None:
+            if request.store:
+                self.store.put(response, [*conversation, reply])
+
+        if not request.stream:
+            result = await self.chat.complete(prepared)
+            if isinstance(result, ApiError):
+                return result
+            choice = (result.get("choices") or [{}])[0]
+            message = choice.get("message") or {}
+            finish = choice.get("finish_reason")
+            response = response_object(
+                request,
+                response_id=response_id,
+                model=model,
+                output=output_items(message),
+                usage=result.get("usage"),
+                status="incomplete" if finish == "length" else "completed",
+                finish_reason=finish,
+            )
+            keep(response, {k: v for k, v in message.items() if k in ("role", "content", "tool_calls")})
+            return response
+        stream = await self.chat.open(prepared, call)
+        if isinstance(stream, ApiError):
+            return stream
+
+        def skeleton(
+            status: str, output: list[dict[str, Any]], usage: Any, finish: str | None
+        ) -> dict[str, Any]:
+            return response_object(
+                request,
+                response_id=response_id,
+                model=model,
+                output=output,
+                usage=usage,
+                status=status,
+                finish_reason=finish,
+            )
+
+        events = responses_sse(stream, skeleton=skeleton, on_done=keep)
+        return EventStream(events, stream.aclose, self.chat.metrics.cancelled.inc)
+
+    def get(self, response_id: str) -> dict[str, Any] | ApiError:
+        found = self.store.get(response_id)
+        return (
+            found
+            if found is not None
+            else NotFound(f"no stored response {response_id!r}", param="response_id")
+        )
+
+    def delete(self, response_id: str) -> dict[str, Any] | ApiError:
+        if not self.store.delete(response_id):
+            return NotFound(f"no stored response {response_id!r}", param="response_id")
+        return {"id": response_id, "object": "response", "deleted": True}

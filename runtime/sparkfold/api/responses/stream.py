@@ -1,0 +1,180 @@
+"""Chat events as Responses stream events (``response.created`` ... ``response.completed``).
+
+Reasoning, the message text and each function call are output items: ``output_item.added``,
+their deltas (``reasoning_text.delta``, ``output_text.delta``, ``function_call_arguments.delta``),
+their ``.done`` events and ``output_item.done``. Silence becomes an SSE comment; an engine error
+becomes ``response.failed``. The finished response is handed to ``on_done`` (the store).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterable, AsyncIterator, Callable
+from typing import Any
+
+from sparkfold.api.chat_stream import DONE, ChatEvent, as_chunk, choices_of, each_event, is_text
+from sparkfold.api.responses.translate import call_item, message_item, reasoning_item
+from sparkfold.api.streaming import KEEPALIVE_COMMENT
+from sparkfold.protocol import new_id
+
+__all__ = ["responses_sse"]
+
+
+class _Emitter:
+    def __init__(self) -> None:
+        self.sequence = 0
+
+    def __call__(self, name: str, data: dict[str, Any]) -> bytes:
+        body = {"type": name, "sequence_number": self.sequence, **data}
+        self.sequence += 1
+        return (
+            f"event: {name}\ndata: {json.dumps(body, ensure_ascii=False, separators=(',', ':'))}\n\n".encode()
+        )
+
+
+class _Item:
+    def __init__(self, kind: str, index: int, item: dict[str, Any]) -> None:
+        self.kind = kind
+        self.index = index
+        self.item = item
+        self.text = ""
+
+
+async def responses_sse(
+    batches: AsyncIterable[list[ChatEvent]],
+    *,
+    skeleton: Callable[[str, list[dict[str, Any]], dict[str, Any] | None, str | None], dict[str, Any]],
+    on_done: Callable[[dict[str, Any], dict[str, Any]], None],
+) -> AsyncIterator[bytes]:
+    """``skeleton(status, output, usage, finish_reason)`` builds the response object at each stage;
+    ``on_done(response, reply_message)`` receives the finished one."""
+    emit = _Emitter()
+    output: list[dict[str, Any]] = []
+    current: _Item | None = None
+    usage: dict[str, Any] | None = None
+    finish: str | None = None
+    reply: dict[str, Any] = {"role": "assistant", "content": ""}
+    yield emit("response.created", {"response": skeleton("in_progress", [], None, None)})
+    yield emit("response.in_progress", {"response": skeleton("in_progress", [], None, None)})
+
+    def close() -> list[bytes]:
+        nonlocal current
+        if current is None:
+            return []
+        item, out = current, []
+        if item.kind == "reasoning":
+            item.item = reasoning_item(item.item["id"], item.text)
+            out.append(
+                emit(
+                    "response.reasoning_text.done",
+                    {
+                        "item_id": item.item["id"],
+                        "output_index": item.index,
+                        "content_index": 0,
+                        "text": item.text,
+                    },
+                )
+            )
+        elif item.kind == "message":
+            part = {"type": "output_text", "text": item.text, "annotations": []}
+            base = {"item_id": item.item["id"], "output_index": item.index, "content_index": 0}
+            out.append(emit("response.output_text.done", {**base, "text": item.text}))
+            out.append(emit("response.content_part.done", {**base, "part": part}))
+            item.item = message_item(item.item["id"], item.text)
+        output.append(item.item)
+        out.append(emit("response.output_item.done", {"output_index": item.index, "item": item.item}))
+        current = None
+        return out
+
+    def open_item(kind: str, item: dict[str, Any]) -> list[bytes]:
+        nonlocal current
+        out = close()
+        current = _Item(kind, len(output), item)
+        out.append(emit("response.output_item.added", {"output_index": current.index, "item": item}))
+        if kind == "message":
+            part = {"type": "output_text", "text": "", "annotations": []}
+            out.append(
+                emit(
+                    "response.content_part.added",
+                    {"item_id": item["id"], "output_index": current.index, "content_index": 0, "part": part},
+                )
+            )
+        return out
+
+    async for event in each_event(batches):
+        if event is None:
+            yield KEEPALIVE_COMMENT
+            continue
+        if event is DONE:
+            break
+        chunk = as_chunk(event)  # type: ignore[arg-type]
+        if "error" in chunk:
+            for out in close():
+                yield out
+            info = chunk["error"] if isinstance(chunk["error"], dict) else {"message": str(chunk["error"])}
+            failed = skeleton("failed", output, usage, None)
+            failed["error"] = {"code": "server_error", "message": str(info.get("message"))}
+            yield emit("response.failed", {"response": failed})
+            return
+        if isinstance(chunk.get("usage"), dict):
+            usage = chunk["usage"]
+        for choice, delta in choices_of(chunk):
+            if is_text(delta.get("reasoning_content")):
+                if current is None or current.kind != "reasoning":
+                    for out in open_item(
+                        "reasoning", {"type": "reasoning", "id": new_id("rs"), "summary": []}
+                    ):
+                        yield out
+                assert current is not None
+                current.text += delta["reasoning_content"]
+                reply["reasoning_content"] = current.text
+                yield emit(
+                    "response.reasoning_text.delta",
+                    {
+                        "item_id": current.item["id"],
+                        "output_index": current.index,
+                        "content_index": 0,
+                        "delta": delta["reasoning_content"],
+                    },
+                )
+            if is_text(delta.get("content")):
+                if current is None or current.kind != "message":
+                    for out in open_item("message", message_item(new_id("msg"), "", status="in_progress")):
+                        yield out
+                assert current is not None
+                current.text += delta["content"]
+                reply["content"] += delta["content"]
+                yield emit(
+                    "response.output_text.delta",
+                    {
+                        "item_id": current.item["id"],
+                        "output_index": current.index,
+                        "content_index": 0,
+                        "delta": delta["content"],
+                    },
+                )
+            for call in delta.get("tool_calls") or []:
+                function = call.get("function") or {}
+                arguments = function.get("arguments") or "{}"
+                item = call_item(
+                    new_id("fc"), call.get("id") or new_id("call"), function.get("name", ""), arguments
+                )
+                for out in open_item("function_call", {**item, "arguments": "", "status": "in_progress"}):
+                    yield out
+                assert current is not None
+                current.item = item
+                base = {"item_id": item["id"], "output_index": current.index}
+                yield emit("response.function_call_arguments.delta", {**base, "delta": arguments})
+                yield emit("response.function_call_arguments.done", {**base, "arguments": arguments})
+                for out in close():
+                    yield out
+                reply.setdefault("tool_calls", []).append(call)
+            if choice.get("finish_reason"):
+                finish = choice["finish_reason"]
+    for out in close():
+        yield out
+    status = "incomplete" if finish == "length" else "completed"
+    done = skeleton(status, output, usage, finish)
+    on_done(done, reply)
+    # always response.completed (as TensorFold does): SDKs wait for it; the status says "incomplete"
+    yield emit("response.completed", {"response": done})

@@ -1,0 +1,248 @@
+"""Responses request -> chat request, and chat completion -> Responses object."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from pydantic import ValidationError
+
+from sparkfold.api.errors import InvalidRequest
+from sparkfold.api.responses.protocol import INCLUDE_VALUES, ResponsesRequest
+from sparkfold.protocol import ChatCompletionRequest, new_id
+
+__all__ = [
+    "call_item",
+    "message_item",
+    "output_items",
+    "reasoning_item",
+    "response_object",
+    "to_chat",
+    "to_chat_messages",
+]
+
+
+def _content(content: Any, where: str) -> str | list[dict[str, Any]] | InvalidRequest:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return InvalidRequest(f"{where} must be a string or a list of content parts", param=where)
+    parts: list[dict[str, Any]] = []
+    for j, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in ("input_text", "output_text", "text") and isinstance(part.get("text"), str):
+            parts.append({"type": "text", "text": part["text"]})
+        elif kind == "input_image" and isinstance(part.get("image_url"), str):
+            parts.append({"type": "image_url", "image_url": {"url": part["image_url"]}})
+        else:
+            return InvalidRequest(
+                f"{where}[{j}]: unsupported content part (type {kind!r}); use input_text or input_image",
+                param=f"{where}[{j}]",
+            )
+    return parts
+
+
+def to_chat_messages(request: ResponsesRequest) -> list[dict[str, Any]] | InvalidRequest:
+    messages: list[dict[str, Any]] = []
+    if request.instructions:
+        messages.append({"role": "system", "content": request.instructions})
+    if isinstance(request.input, str):
+        return [*messages, {"role": "user", "content": request.input}]
+    for i, item in enumerate(request.input):
+        where = f"input[{i}]"
+        kind = item.get("type", "message")
+        if kind == "message" and item.get("role") in ("user", "system", "developer", "assistant"):
+            content = _content(item.get("content", ""), f"{where}.content")
+            if isinstance(content, InvalidRequest):
+                return content
+            if item["role"] == "assistant" and isinstance(content, list):
+                content = "".join(p.get("text", "") for p in content)
+            messages.append({"role": item["role"], "content": content})
+        elif kind == "function_call" and isinstance(item.get("name"), str):
+            call = {
+                "id": str(item.get("call_id") or item.get("id") or new_id("call")),
+                "type": "function",
+                "function": {"name": item["name"], "arguments": str(item.get("arguments") or "{}")},
+            }
+            if messages and messages[-1]["role"] == "assistant" and "tool_calls" in messages[-1]:
+                messages[-1]["tool_calls"].append(call)
+            else:
+                messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        elif kind == "function_call_output" and isinstance(item.get("call_id"), str):
+            output = item.get("output", "")
+            messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": item["call_id"],
+                    "content": output if isinstance(output, str) else str(output),
+                }
+            )
+        elif kind == "reasoning":
+            continue  # earlier reasoning: the engine keeps its own
+        else:
+            return InvalidRequest(
+                f"{where}: unsupported input item (type {kind!r}); use message, function_call, "
+                "function_call_output or reasoning",
+                param=where,
+            )
+    return messages
+
+
+def _tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | InvalidRequest | None:
+    if tools is None:
+        return None
+    out = []
+    for i, tool in enumerate(tools):
+        if tool.get("type") != "function" or not isinstance(tool.get("name"), str):
+            return InvalidRequest(
+                f"tools[{i}]: only function tools (type function, with a name) are supported",
+                param=f"tools[{i}]",
+            )
+        function = {k: tool[k] for k in ("name", "description", "parameters") if k in tool}
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def to_chat(
+    request: ResponsesRequest, history: list[dict[str, Any]]
+) -> ChatCompletionRequest | InvalidRequest:
+    if request.include is not None:
+        unknown = [value for value in request.include if value not in INCLUDE_VALUES]
+        if unknown:
+            return InvalidRequest(f"include has unknown value {unknown[0]!r}", param="include")
+    messages = to_chat_messages(request)
+    if isinstance(messages, InvalidRequest):
+        return messages
+    tools = _tools(request.tools)
+    if isinstance(tools, InvalidRequest):
+        return tools
+    fields: dict[str, Any] = {"messages": history + messages, "stream": request.stream}
+    if request.stream:
+        fields["stream_options"] = {"include_usage": True}
+    if request.model is not None:
+        fields["model"] = request.model
+    if request.max_output_tokens is not None:
+        fields["max_tokens"] = request.max_output_tokens
+    for name in ("temperature", "top_p", "parallel_tool_calls"):
+        if getattr(request, name) is not None:
+            fields[name] = getattr(request, name)
+    if tools is not None:
+        fields["tools"] = tools
+    if isinstance(request.tool_choice, str):
+        fields["tool_choice"] = request.tool_choice
+    elif isinstance(request.tool_choice, dict) and isinstance(request.tool_choice.get("name"), str):
+        fields["tool_choice"] = {"type": "function", "function": {"name": request.tool_choice["name"]}}
+    if request.reasoning is not None:
+        fields["reasoning"] = request.reasoning  # read by the reasoning controls
+    text_format = (request.text or {}).get("format")
+    if isinstance(text_format, dict) and text_format.get("type") == "json_schema":
+        schema = {k: v for k, v in text_format.items() if k != "type"}
+        fields["response_format"] = {"type": "json_schema", "json_schema": schema}
+    elif isinstance(text_format, dict) and text_format.get("type") == "json_object":
+        fields["response_format"] = {"type": "json_object"}
+    try:
+        return ChatCompletionRequest.model_validate(fields)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        return InvalidRequest(
+            f"cannot translate the request: {where}: {first.get('msg')}", param=where or None
+        )
+
+
+def response_object(
+    request: ResponsesRequest,
+    *,
+    response_id: str,
+    model: str,
+    output: list[dict[str, Any]],
+    usage: dict[str, Any] | None,
+    status: str,
+    finish_reason: str | None = None,
+) -> dict[str, Any]:
+    usage = usage or {}
+    return {
+        "id": response_id,
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": status,
+        "model": model,
+        "output": output,
+        "error": None,
+        "incomplete_details": {"reason": "max_output_tokens"} if finish_reason == "length" else None,
+        "instructions": request.instructions,
+        "max_output_tokens": request.max_output_tokens,
+        "metadata": request.metadata or {},
+        "parallel_tool_calls": request.parallel_tool_calls
+        if request.parallel_tool_calls is not None
+        else True,
+        "previous_response_id": request.previous_response_id,
+        "reasoning": request.reasoning or {"effort": None, "summary": None},
+        "store": request.store,
+        "temperature": request.temperature,
+        "text": request.text or {"format": {"type": "text"}},
+        "tool_choice": request.tool_choice or "auto",
+        "tools": request.tools or [],
+        "top_p": request.top_p,
+        "truncation": "disabled",
+        "usage": {
+            "input_tokens": int(usage.get("prompt_tokens") or 0),
+            "input_tokens_details": {
+                "cached_tokens": int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+            },
+            "output_tokens": int(usage.get("completion_tokens") or 0),
+            "output_tokens_details": {
+                "reasoning_tokens": int(
+                    (usage.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0
+                )
+            },
+            "total_tokens": int(usage.get("total_tokens") or 0),
+        },
+    }
+
+
+def output_items(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """A chat reply message as Responses output items (reasoning, message, function calls)."""
+    items: list[dict[str, Any]] = []
+    if message.get("reasoning_content"):
+        items.append(reasoning_item(new_id("rs"), message["reasoning_content"]))
+    if message.get("content"):
+        items.append(message_item(new_id("msg"), message["content"]))
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") or {}
+        items.append(
+            call_item(
+                new_id("fc"),
+                call.get("id") or new_id("call"),
+                function.get("name", ""),
+                function.get("arguments") or "{}",
+            )
+        )
+    return items
+
+
+def reasoning_item(item_id: str, text: str) -> dict[str, Any]:
+    return {
+        "type": "reasoning",
+        "id": item_id,
+        "summary": [],
+        "content": [{"type": "reasoning_text", "text": text}],
+    }
+
+
+def message_item(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
+    content = [{"type": "output_text", "text": text, "annotations": []}] if status == "completed" else []
+    return {"type": "message", "id": item_id, "role": "assistant", "status": status, "content": content}
+
+
+def call_item(
+    item_id: str, call_id: str, name: str, arguments: str, status: str = "completed"
+) -> dict[str, Any]:
+    return {
+        "type": "function_call",
+        "id": item_id,
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
+        "status": status,
+    }

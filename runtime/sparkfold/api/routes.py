@@ -1,0 +1,25 @@
+"""HTTP wiring of the routes every dialect shares: health and metrics."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.responses import JSONResponse, Response
+
+from sparkfold.api.health import GatewayHealth
+from sparkfold.api.state import gateway
+
+router = APIRouter()
+
+
+@router.get("/health", response_model=GatewayHealth, responses={503: {"model": GatewayHealth}}, tags=["ops"])
+@router.get("/v1/health", include_in_schema=False)  # TensorFold's alias
+async def health(request: Request) -> Response:
+    report = await gateway(request).health.health()
+    return JSONResponse(report.model_dump(mode="json"), status_code=200 if report.ok else 503)
+
+
+@router.get("/metrics", response_class=Response, tags=["ops"])
+@router.get("/v1/metrics", include_in_schema=False)
+async def metrics(request: Request) -> Response:
+    return Response(await gateway(request).health.metrics_text(), media_type=CONTENT_TYPE_LATEST)

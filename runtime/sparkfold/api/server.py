@@ -1,0 +1,129 @@
+"""Run the gateway: refuse unsafe starts, log JSON lines, serve with uvicorn, reload keys on SIGHUP.
+
+Service-manager states go through ``notify`` (the caller passes sd_notify; ``api/`` never imports
+``node/``): ``READY=1`` once the socket is bound, ``RELOADING=1`` then ``READY=1`` around a key
+reload, ``STOPPING=1`` at shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import uvicorn
+
+from sparkfold.api.app import create_app
+from sparkfold.api.keys import KeyFileError, KeyStore
+from sparkfold.config import Settings
+
+__all__ = ["GatewayRefused", "JsonFormatter", "Notify", "check_keys", "serve"]
+
+Notify = Callable[..., object]  # notify("READY=1", "STATUS=...")
+
+log = logging.getLogger(__name__)
+
+_STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
+
+
+class GatewayRefused(RuntimeError):
+    """The gateway will not start with these settings; the message says what to change."""
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line (journald keeps them whole): time, level, logger, message, extras."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        data: dict[str, Any] = {
+            "ts": round(record.created, 3),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        data.update({k: v for k, v in record.__dict__.items() if k not in _STANDARD})
+        if record.exc_info:
+            data["exc"] = self.formatException(record.exc_info)
+        return json.dumps(data, default=str)
+
+
+def check_keys(settings: Settings) -> KeyStore:
+    """The key store, or GatewayRefused when keys are required and there are none."""
+    api = settings.api
+    try:
+        keys = KeyStore(api.api_keys_file)
+    except KeyFileError as exc:
+        raise GatewayRefused(str(exc)) from None
+    if api.keys_required and len(keys) == 0:
+        where = api.api_keys_file or "/etc/sparkfold/api-keys"
+        raise GatewayRefused(
+            f"API keys are required because api.host {api.host} is not loopback, but {where} holds none; "
+            f"add one (python3 -c 'import secrets; print(secrets.token_urlsafe(32))' >> {where}, "
+            "or a 'sha256:<hex>' line), set api.api_keys_file to it, or bind api.host to 127.0.0.1"
+        )
+    return keys
+
+
+def _configure_logging() -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, telling the service manager when it is ready and when it stops."""
+
+    def __init__(self, config: uvicorn.Config, notify: Notify) -> None:
+        super().__init__(config)
+        self.notify = notify
+
+    async def startup(self, sockets: Any = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            self.notify("READY=1", f"STATUS=serving on {self.config.host}:{self.config.port}")
+
+    async def shutdown(self, sockets: Any = None) -> None:
+        self.notify("STOPPING=1")
+        await super().shutdown(sockets)
+
+
+def serve(settings: Settings, *, notify: Notify = lambda *states: None) -> None:
+    """Serve until SIGINT/SIGTERM. Raises GatewayRefused before binding when it must not start."""
+    check_keys(settings)
+    _configure_logging()
+    app = create_app(settings)
+    config = uvicorn.Config(
+        app,
+        host=settings.api.host,
+        port=settings.api.port,
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=5,
+    )
+    server = _Server(config, notify)
+
+    def reload_keys() -> None:
+        notify("RELOADING=1", f"MONOTONIC_USEC={time.monotonic_ns() // 1000}")
+        try:
+            count = app.gateway.keys.reload()
+        except KeyFileError as exc:
+            log.error("api keys not reloaded; the old ones stay in force", extra={"error": str(exc)})
+        else:
+            log.info("api keys reloaded", extra={"keys": count})
+        notify("READY=1")
+
+    async def main() -> None:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload_keys)
+        log.info(
+            "gateway starting",
+            extra={"bind": f"{settings.api.host}:{settings.api.port}", "engine": settings.engine_url},
+        )
+        await server.serve()
+
+    asyncio.run(main())

@@ -1,0 +1,158 @@
+"""Server-sent events: reading the engine's stream, and sending ours with disconnect detection.
+
+:func:`upstream_events` turns the engine's SSE bytes into batches of payloads (one batch per
+network read), inserting ``None`` after every ``keepalive_s`` of silence (routes turn it into
+``: keepalive`` or an Anthropic ``ping``). :class:`SSEResponse` sends an :class:`EventStream`
+and watches the client's connection at the same time: when the client leaves, the stream is
+cancelled and closed at once (which closes the engine connection, so the engine stops
+generating), and the lane is freed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+
+from starlette.types import Receive, Scope, Send
+
+__all__ = ["KEEPALIVE_COMMENT", "EventStream", "SSEResponse", "split_events", "upstream_events"]
+
+log = logging.getLogger(__name__)
+
+KEEPALIVE_COMMENT = b": keepalive\n\n"
+_END = object()
+_QUEUE_DEPTH = 256
+CANCEL_GRACE_S = 1.0
+
+SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+
+
+def split_events(buffer: bytes) -> tuple[list[bytes], bytes]:
+    """The ``data`` payloads of the complete SSE events in ``buffer``, and the incomplete rest."""
+    if b"\r" in buffer:
+        buffer = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    *blocks, rest = buffer.split(b"\n\n")
+    payloads = []
+    for block in blocks:
+        if block.startswith(b"data:") and b"\n" not in block:  # the usual one-line event
+            payloads.append(block[5:].strip())
+            continue
+        data = [line[5:].strip() for line in block.split(b"\n") if line.startswith(b"data:")]
+        if data:  # comments (": keepalive") and other fields carry no payload
+            payloads.append(b"\n".join(data))
+    return payloads, rest
+
+
+async def upstream_events(
+    chunks: AsyncIterator[bytes], keepalive_s: float
+) -> AsyncIterator[list[bytes] | None]:
+    """Batches of ``data:`` payloads (all complete events of one network read), and ``None``
+    after each ``keepalive_s`` without any. Upstream errors are raised to the caller in order.
+
+    Batching keeps the per-event cost low under load: one queue hop and one send per read.
+    """
+    queue: asyncio.Queue[object] = asyncio.Queue(maxsize=_QUEUE_DEPTH)
+
+    async def pump() -> None:
+        rest = b""
+        try:
+            async for chunk in chunks:
+                payloads, rest = split_events(rest + chunk)
+                if payloads:
+                    await queue.put(payloads)
+            if rest.strip():
+                payloads, _ = split_events(rest + b"\n\n")
+                if payloads:
+                    await queue.put(payloads)
+            await queue.put(_END)
+        except Exception as exc:
+            await queue.put(exc)
+
+    task = asyncio.create_task(pump())
+    try:
+        while True:
+            try:
+                item = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                try:
+                    # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation
+                    # that races with the item's arrival, and a cancelled stream would hang on
+                    async with asyncio.timeout(keepalive_s):
+                        item = await queue.get()
+                except TimeoutError:
+                    yield None
+                    continue
+            if item is _END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item  # type: ignore[misc]
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+@dataclass
+class EventStream:
+    """The bytes of a streamed response and how to release what feeds them."""
+
+    events: AsyncIterator[bytes]
+    close: Callable[[], Awaitable[None]]
+    on_client_gone: Callable[[], None] | None = None
+
+
+class SSEResponse:
+    """An ASGI response that sends an :class:`EventStream` and cancels it if the client leaves."""
+
+    def __init__(self, stream: EventStream) -> None:
+        self.stream = stream
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        gone = False
+        tasks: list[asyncio.Task[None]] = []
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+            sender = asyncio.create_task(self._send_all(send))
+            watcher = asyncio.create_task(_wait_disconnect(receive))
+            tasks = [sender, watcher]
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            if not sender.done():
+                gone = True  # the watcher saw the client leave
+            elif not sender.cancelled() and sender.exception() is not None:
+                failure = sender.exception()
+                gone = isinstance(failure, OSError)  # a failed send: the client is gone
+                if not gone:
+                    log.error("stream failed", exc_info=failure)
+        except OSError:
+            gone = True
+        finally:
+            for task in tasks:
+                task.cancel()
+            if tasks:  # a bounded moment to unwind; the upstream is closed below in any case
+                done, _ = await asyncio.wait(tasks, timeout=CANCEL_GRACE_S)
+                for task in done:
+                    if not task.cancelled():
+                        task.exception()  # retrieved: never "exception was never retrieved"
+            with contextlib.suppress(Exception):
+                await self.stream.events.aclose()  # type: ignore[attr-defined]
+            await self.stream.close()
+        if gone and self.stream.on_client_gone is not None:
+            self.stream.on_client_gone()
+
+    async def _send_all(self, send: Send) -> None:
+        async for chunk in self.stream.events:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _wait_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass

@@ -1,0 +1,83 @@
+"""Supervise one TensorFold rank (``[engine] kind = "tensorfold"``).
+
+TensorFold runs as a child process (``docker run`` of the engine image, or ``tensorfold serve``
+on the host); this module is what systemd sees in its place:
+
+- the launch plan from :mod:`sparkfold.engines.tensorfold`, with the fabric facts given in
+  ``[fabric]`` (NCCL settings are left to NCCL when they are not);
+- READY once the rank is ready (rank 1: its "ready … following rank 0" line; rank 0: ``/health``
+  says ``"ok": true``), with progress in the unit's STATUS while it loads;
+- WATCHDOG pings while the child runs and the peer answers;
+- the peer watch: TensorFold itself would wait for a lost peer, so when the other node falls
+  silent past ``peer_timeout_s`` the rank is stopped and the supervisor exits non-zero (systemd
+  restarts it, and the pair meets again at rendezvous);
+- SIGTERM stops the rank (``docker stop -t stop_timeout_s``) and exits 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from sparkfold.config import Settings
+from sparkfold.engines.tensorfold import FabricFacts, LaunchPlan, launch_plan
+from sparkfold.engines.tensorfold_process import RankProcess, RankStartError, image_key
+from sparkfold.node.notify import notify, watchdog_interval_s
+from sparkfold.node.peer import start_peer_watch
+
+__all__ = ["plan_for", "run_tensorfold_rank"]
+
+log = logging.getLogger("sparkfold.engine")
+
+
+def plan_for(settings: Settings) -> LaunchPlan:
+    """The rank's launch plan; fabric facts from ``[fabric]`` when all of them are written out."""
+    return launch_plan(settings, FabricFacts.from_settings(settings.fabric), image_key=image_key(settings))
+
+
+def run_tensorfold_rank(settings: Settings, die: Callable[[str], Any]) -> int:
+    """Run the rank until SIGTERM (exit 0), its own exit (its code), or a lost peer (``die``)."""
+    rank = RankProcess(plan_for(settings))
+    stopping = threading.Event()
+
+    def lost(message: str) -> None:
+        if not stopping.is_set():
+            log.critical("%s; stopping the local rank", message)
+            rank.stop(timeout_s=10)
+        die(message)
+
+    watch = start_peer_watch(settings, lost)
+
+    def stop(signum: int, frame: object) -> None:
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        rank.start()
+        rank.wait_ready(progress=lambda note: (log.info("%s", note), notify(f"STATUS={note}")))
+    except RankStartError:
+        if watch is not None:
+            watch.stop()
+        rank.stop()
+        raise
+    status = "serving on the engine port" if settings.node.rank == 0 else "following rank 0"
+    log.info("rank %d ready: %s", settings.node.rank, status)
+    notify("READY=1", f"STATUS=rank {settings.node.rank} ready, {status}")
+    interval = watchdog_interval_s() or 1.0
+    while not stopping.wait(interval):
+        if rank.returncode is not None:
+            code = rank.wait()
+            log.critical("rank %d exited with code %d: %s", settings.node.rank, code, (rank.tail or [""])[-1])
+            return code or 1
+        if watch is None or watch.alive():
+            notify("WATCHDOG=1")
+    notify("STOPPING=1", "STATUS=stopping")
+    if watch is not None:
+        watch.stop()
+    rank.stop()
+    log.info("stopped")
+    return 0

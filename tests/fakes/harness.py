@@ -1,0 +1,40 @@
+"""Helpers to run a gateway under test in front of an engine, on free loopback ports."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from sparkfold.api.app import App
+from sparkfold.config import Settings, parse
+
+__all__ = ["Running", "settings_for"]
+
+
+class Running:
+    """A gateway under test: its URL, its app, and an httpx client to it."""
+
+    def __init__(self, url: str, app: App) -> None:
+        self.url = url
+        self.app = app
+        self.http = httpx.Client(base_url=url, timeout=30)
+
+    def health(self) -> dict[str, Any]:
+        return self.http.get("/health").json()
+
+
+def settings_for(engine_port: int, **api: Any) -> Settings:
+    base = {"host": "127.0.0.1", "port": 1, "keepalive_s": 15, "parallel": 4, "max_queued": 16}
+    return parse(
+        {
+            "engine": {
+                "model": "fake",
+                "served_name": "fake",
+                "port": engine_port,
+                "context": 8192,
+                "max_tokens": 256,
+            },
+            "api": {**base, **api},
+        }
+    )

@@ -1,0 +1,332 @@
+"""A scripted engine server: speaks the engine protocol and replays token streams.
+
+Tests tell it what to answer with :class:`Script` (reasoning and content tokens, tool calls, pace,
+an error or a stall after N tokens, a refusal status) and read what happened from its counters
+(requests seen, streams cancelled by the client, streams completed). :class:`ServerThread` runs
+any ASGI app under uvicorn on a free loopback port in a background thread.
+
+    engine = ScriptedEngine()
+    with ServerThread(engine) as server:
+        engine.queue(Script(content=["Hi", "!"], pace_s=0.01))
+        ... requests to server.url ...
+        engine.wait_for(lambda: engine.completed == 1)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import uvicorn
+
+__all__ = ["Script", "ScriptedEngine", "ServerThread", "free_port"]
+
+Scope = dict[str, Any]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Script:
+    content: list[str] = field(default_factory=lambda: ["Hello", ",", " world", "!"])
+    reasoning: list[str] = field(default_factory=list)
+    tool_calls: list[tuple[str, str]] = field(default_factory=list)  # (name, arguments JSON text)
+    finish_reason: str | None = None  # default: tool_calls if any, else stop
+    stop_reason: str | None = None  # the matched stop string, as vLLM reports it
+    pace_s: float = 0.0  # between tokens
+    error_after: int | None = None  # send an error event after this many tokens
+    stall_after: int | None = None  # after this many tokens, send nothing more (until cancelled)
+    drop_after: int | None = None  # after this many tokens, close the stream without [DONE]
+    status: int = 200  # != 200: refuse with this status before streaming
+    prompt_tokens: int = 7
+
+    def tokens(self) -> list[tuple[str, str]]:
+        return [("reasoning_content", t) for t in self.reasoning] + [("content", t) for t in self.content]
+
+    def finish(self) -> str:
+        return self.finish_reason or ("tool_calls" if self.tool_calls else "stop")
+
+
+def _chunk(delta: dict[str, Any], *, finish: str | None = None, **extra: Any) -> bytes:
+    choice: dict[str, Any] = {"index": 0, "delta": delta}
+    if finish is not None:
+        choice["finish_reason"] = finish
+    body = {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "fake",
+        "choices": [choice],
+        **extra,
+    }
+    return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
+
+
+class ScriptedEngine:
+    """An ASGI app; thread-safe counters for tests."""
+
+    def __init__(self, default: Script | None = None, *, peer: dict[str, Any] | None = None) -> None:
+        self.default = default or Script()
+        self.peer = peer
+        self.healthy = True
+        self.requests: list[dict[str, Any]] = []
+        self.active = 0
+        self.cancelled = 0
+        self.completed = 0
+        self._scripts: list[Script] = []
+        self._cond = threading.Condition()
+
+    # --- for tests ------------------------------------------------------------------------
+    def queue(self, *scripts: Script) -> None:
+        with self._cond:
+            self._scripts.extend(scripts)
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+        """Block until ``predicate()`` holds (AssertionError after ``timeout``)."""
+        with self._cond:
+            if not self._cond.wait_for(predicate, timeout):
+                raise AssertionError(
+                    f"condition not reached in {timeout}s: active={self.active} "
+                    f"cancelled={self.cancelled} completed={self.completed}"
+                )
+
+    def _bump(self, name: str, by: int = 1) -> None:
+        with self._cond:
+            setattr(self, name, getattr(self, name) + by)
+            self._cond.notify_all()
+
+    def _next(self) -> Script:
+        with self._cond:
+            return self._scripts.pop(0) if self._scripts else self.default
+
+    # --- ASGI -----------------------------------------------------------------------------
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        try:
+            await self._handle(scope, receive, send)
+        except (ValueError, TypeError, AttributeError, KeyError) as exc:  # a request it cannot read
+            await _json(
+                send, {"error": {"message": f"scripted engine: {exc}", "type": "invalid_request_error"}}, 400
+            )
+
+    async def _handle(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        path, body = scope["path"], b""
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        request = json.loads(body) if body else {}
+        if scope["method"] == "POST":
+            with self._cond:
+                self.requests.append({"path": path, **request})
+                self._cond.notify_all()
+        if path == "/health":
+            info = {"ok": self.healthy, "backend": "scripted", "requests_running": self.active}
+            if self.peer is not None:
+                info["peer"] = self.peer
+            await _json(send, info)
+        elif path == "/metrics":
+            await _text(send, "# TYPE tensorfold:requests_running gauge\ntensorfold:requests_running 0\n")
+        elif path == "/v1/models":
+            await _json(
+                send, {"object": "list", "data": [{"id": "fake", "object": "model", "owned_by": "test"}]}
+            )
+        elif path == "/tokenize":
+            text = request.get("prompt") or json.dumps(request.get("messages"))
+            ids = list(range(len(text.split())))
+            await _json(send, {"count": len(ids), "max_model_len": 8192, "tokens": ids})
+        elif path == "/detokenize":
+            await _json(send, {"prompt": " ".join(str(t) for t in request.get("tokens", []))})
+        elif path in ("/v1/chat/completions", "/v1/completions"):
+            script = self._next()
+            if script.status != 200:
+                error = {
+                    "error": {
+                        "message": f"scripted refusal {script.status}",
+                        "type": "invalid_request_error",
+                        "param": "messages",
+                        "code": None,
+                    }
+                }
+                await _json(send, error, status=script.status)
+            elif request.get("stream"):
+                await self._stream(script, receive, send)
+            else:
+                await self._complete(script, send)
+        else:
+            await _json(send, {"error": {"message": "not found", "type": "not_found"}}, status=404)
+
+    async def _complete(self, script: Script, send: Any) -> None:
+        tokens = script.tokens()
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": "".join(t for k, t in tokens if k == "content"),
+        }
+        if script.reasoning:
+            message["reasoning_content"] = "".join(script.reasoning)
+        if script.tool_calls:
+            message["tool_calls"] = [
+                {"id": f"call_{i}", "type": "function", "function": {"name": n, "arguments": a}}
+                for i, (n, a) in enumerate(script.tool_calls)
+            ]
+        choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": script.finish()}
+        if script.stop_reason:
+            choice["stop_reason"] = script.stop_reason
+        await _json(
+            send,
+            {
+                "id": "chatcmpl-fake",
+                "object": "chat.completion",
+                "created": 1,
+                "model": "fake",
+                "choices": [choice],
+                "usage": _usage(script, len(tokens)),
+            },
+        )
+        self._bump("completed")
+
+    async def _stream(self, script: Script, receive: Any, send: Any) -> None:
+        self._bump("active")
+        try:
+            producer = asyncio.create_task(self._produce(script, send))
+            watcher = asyncio.create_task(_disconnected(receive))
+            done, _ = await asyncio.wait({producer, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            if producer in done and producer.exception() is None:
+                watcher.cancel()
+                self._bump("completed")
+            else:
+                producer.cancel()
+                watcher.cancel()
+                self._bump("cancelled")
+            await asyncio.gather(producer, watcher, return_exceptions=True)
+        finally:
+            self._bump("active", -1)
+
+    async def _produce(self, script: Script, send: Any) -> None:
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"text/event-stream")],
+            }
+        )
+
+        async def out(data: bytes) -> None:
+            await send({"type": "http.response.body", "body": data, "more_body": True})
+
+        await out(_chunk({"role": "assistant"}))
+        deadline = time.perf_counter()
+        for n, (kind, token) in enumerate(script.tokens()):
+            if script.error_after == n:
+                await out(b'data: {"error":{"message":"scripted failure","type":"server_error"}}\n\n')
+                await out(b"data: [DONE]\n\n")
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                return
+            if script.stall_after == n:
+                await asyncio.Event().wait()
+            if script.drop_after == n:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                return
+            if script.pace_s:
+                deadline += script.pace_s
+                await asyncio.sleep(max(0.0, deadline - time.perf_counter()))
+            await out(_chunk({kind: token}))
+        for i, (name, arguments) in enumerate(script.tool_calls):
+            half = len(arguments) // 2
+            first = {
+                "index": i,
+                "id": f"call_{i}",
+                "type": "function",
+                "function": {"name": name, "arguments": arguments[:half]},
+            }
+            await out(_chunk({"tool_calls": [first]}))
+            await out(_chunk({"tool_calls": [{"index": i, "function": {"arguments": arguments[half:]}}]}))
+        extra: dict[str, Any] = {"usage": _usage(script, len(script.tokens()))}
+        final = _chunk({}, finish=script.finish(), **extra)
+        if script.stop_reason:
+            final = final.replace(
+                b'"finish_reason"',
+                b'"stop_reason":' + json.dumps(script.stop_reason).encode() + b',"finish_reason"',
+            )
+        await out(final)
+        await out(b"data: [DONE]\n\n")
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def _usage(script: Script, completion: int) -> dict[str, Any]:
+    return {
+        "prompt_tokens": script.prompt_tokens,
+        "completion_tokens": completion,
+        "total_tokens": script.prompt_tokens + completion,
+        "completion_tokens_details": {"reasoning_tokens": len(script.reasoning)},
+    }
+
+
+async def _disconnected(receive: Any) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _json(send: Any, data: Any, status: int = 200) -> None:
+    body = json.dumps(data).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _text(send: Any, text: str) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+    await send({"type": "http.response.body", "body": text.encode()})
+
+
+class ServerThread:
+    """Serve an ASGI app with uvicorn on 127.0.0.1:<free port> in a daemon thread."""
+
+    def __init__(self, app: Any, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=self.port,
+            log_level="warning",
+            lifespan="on",
+            timeout_graceful_shutdown=1,
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> ServerThread:
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"server on port {self.port} did not start")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)

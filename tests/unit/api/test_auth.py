@@ -1,0 +1,67 @@
+"""API keys: plain or hashed lines, Bearer or x-api-key, /health open, refusal to start unprotected."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from tests.fakes.harness import Running, settings_for
+
+from sparkfold.api.keys import KeyFileError, KeyStore, hash_key
+from sparkfold.api.server import GatewayRefused, check_keys
+from sparkfold.cli import main
+
+
+@pytest.fixture
+def keys_file(tmp_path: Path) -> Path:
+    path = tmp_path / "api-keys"
+    path.write_text(f"# operators\nplain-key-1\n\n{hash_key('hashed-key-2')}\n")
+    return path
+
+
+def test_keystore_accepts_plain_and_hashed_lines(keys_file: Path) -> None:
+    store = KeyStore(keys_file)
+    assert len(store) == 2
+    assert store.accepts("plain-key-1") and store.accepts("hashed-key-2")
+    assert not store.accepts("sha256:" + "0" * 64) and not store.accepts("")
+    assert "plain-key-1" not in repr(store)
+
+
+def test_keystore_reload_keeps_old_keys_on_a_bad_file(keys_file: Path) -> None:
+    store = KeyStore(keys_file)
+    keys_file.write_text("new-key\n")
+    assert store.reload() == 1 and store.accepts("new-key") and not store.accepts("plain-key-1")
+    keys_file.write_text("sha256:nothex\n")
+    with pytest.raises(KeyFileError, match=":1: 'sha256:' must be followed by 64 hex digits"):
+        store.reload()
+    assert store.accepts("new-key")
+
+
+def test_requests_need_an_accepted_key(start_gateway: Callable[..., Running], keys_file: Path) -> None:
+    gateway = start_gateway(api_keys_file=str(keys_file))
+    assert gateway.http.get("/v1/models").status_code == 401
+    assert "no API key" in gateway.http.get("/v1/models").json()["error"]["message"]
+    assert gateway.http.get("/v1/models", headers={"authorization": "Bearer wrong"}).status_code == 401
+    assert gateway.http.get("/v1/models", headers={"authorization": "Bearer plain-key-1"}).status_code == 200
+    assert gateway.http.get("/v1/models", headers={"x-api-key": "hashed-key-2"}).status_code == 200
+    assert gateway.http.get("/health").status_code == 200
+    anthropic = gateway.http.post("/v1/messages", json={})
+    assert anthropic.status_code == 401 and anthropic.json()["error"]["type"] == "authentication_error"
+
+
+def test_keys_required_off_loopback_refuse_to_start(tmp_path: Path) -> None:
+    settings = settings_for(1, host="0.0.0.0", api_keys_file=str(tmp_path / "absent"))
+    with pytest.raises(
+        GatewayRefused, match=r"API keys are required because api\.host 0\.0\.0\.0 is not loopback"
+    ):
+        check_keys(settings)
+
+
+def test_cli_refuses_in_one_line_saying_how_to_add_a_key(tmp_path: Path) -> None:
+    config = tmp_path / "sparkfold.toml"
+    config.write_text('[engine]\nmodel = "x"\n[api]\nhost = "0.0.0.0"\nport = 1\n')
+    result = CliRunner().invoke(main, ["api", "--config", str(config)])
+    assert result.exit_code == 1
+    assert "secrets.token_urlsafe" in result.output and "Traceback" not in result.output

@@ -1,0 +1,66 @@
+"""/health and /metrics: gateway state joined with the engine's, peer rank included."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from tests.fakes.harness import Running, settings_for
+from tests.fakes.scripted_engine import ScriptedEngine, ServerThread
+
+from sparkfold.api import create_app
+
+
+def test_metrics_have_sparkfold_series_and_the_engine_lines(gateway: Running) -> None:
+    body = {"model": "fake", "messages": [{"role": "user", "content": "x"}]}
+    gateway.http.post("/v1/chat/completions", json=body)
+    gateway.http.post("/v1/chat/completions", json={**body, "stream": True})
+    text = gateway.http.get("/metrics").text
+    for name in (
+        'sparkfold_requests_total{route="/v1/chat/completions",status="200"} 2.0',
+        "sparkfold_request_duration_seconds_bucket",
+        'sparkfold_time_to_first_token_seconds_count{route="/v1/chat/completions"} 1.0',
+        'sparkfold_tokens_total{kind="completion"} 8.0',
+        "sparkfold_lanes 4.0",
+        "sparkfold_lanes_busy 0.0",
+        "sparkfold_queue_length 0.0",
+        "sparkfold_rejected_total 0.0",
+        "tensorfold:requests_running 0",
+    ):
+        assert name in text, name
+
+
+def test_responses_carry_a_request_id(gateway: Running) -> None:
+    assert len(gateway.http.get("/health").headers["x-request-id"]) == 32
+    assert gateway.http.get("/health", headers={"x-request-id": "abc-1"}).headers["x-request-id"] == "abc-1"
+
+
+@pytest.fixture
+def paired() -> Iterator[tuple[ScriptedEngine, str]]:
+    fake = ScriptedEngine(peer={"rank": 1, "state": "ok", "last_seen_s": 0.5})
+    with ServerThread(fake) as engine, ServerThread(create_app(settings_for(engine.port))) as gateway:
+        yield fake, gateway.url
+
+
+def test_health_reports_the_peer_rank_and_lanes(paired: tuple[ScriptedEngine, str]) -> None:
+    fake, url = paired
+    health = httpx.get(url + "/health")
+    assert health.status_code == 200
+    body = health.json()
+    assert body["ok"] and body["peer"] == {"rank": 1, "state": "ok", "last_seen_s": 0.5}
+    assert body["lanes"] == {"total": 4, "busy": 0, "free": 4}
+    assert body["queue"] == {"length": 0, "max": 16}
+    fake.peer = {"rank": 1, "state": "lost", "last_seen_s": 130}
+    lost = httpx.get(url + "/health")
+    assert lost.status_code == 503 and lost.json()["peer"]["state"] == "lost"
+
+
+def test_tensorfold_aliases_answer_like_their_routes(gateway: Running) -> None:
+    assert gateway.http.get("/v1/health").json()["lanes"]["total"] == 4
+    assert gateway.http.get("/models").json()["data"][0]["id"] == "fake"
+    assert gateway.http.post("/v1/tokenize", json={"prompt": "a b c"}).json()["count"] == 3
+    body = {"model": "fake", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}
+    assert gateway.http.post("/messages", json=body).json()["type"] == "message"
+    assert gateway.http.post("/messages", json={}).json()["type"] == "error"  # Anthropic's error shape
+    assert 'route="/v1/messages"' in gateway.http.get("/v1/metrics").text
