@@ -5,11 +5,13 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
+import pytest
 from node_fakes import FakeHost, add_roce_port, settings
 
-from sparkfold.engines.tensorfold import FabricFacts
+from sparkfold.engines.tensorfold import FabricFacts, LaunchError
 from sparkfold.node.fabric import discover, ipv4_mapped_gid
 from sparkfold.node.roce import fabric_facts, twin_netdev
+from sparkfold.node.tensorfold_rank import fabric_facts_for
 
 LINK = {"fabric": {"address": "203.0.113.1", "peer": "203.0.113.2", "mtu": 9000}}
 NETDEV, TWIN = "enp1s0f1np1", "enP2p1s0f1np1"
@@ -159,3 +161,25 @@ def test_configured_rails_narrow_the_discovered_ones(tmp_path: Path, host: FakeH
     link = {"fabric": {**LINK["fabric"], "rdma_devices": [HCA]}}
     report = discover(settings(**link), sysfs=tmp_path, run=host)
     assert report.ok and report.facts["nccl"]["NCCL_IB_HCA"] == HCA
+
+
+def test_the_rank_uses_written_facts_and_discovers_the_rest(tmp_path: Path, host: FakeHost) -> None:
+    spark(tmp_path, host)
+    pair = {"engine": {"model": "/m", "kind": "tensorfold", "tp": 2}}
+    written = {"fabric": {**LINK["fabric"], "socket_ifname": "x0", "rdma_devices": ["r0"], "gid_index": 1}}
+    assert fabric_facts_for(settings(**pair, **written), sysfs=tmp_path, run=host) == FabricFacts(
+        "x0", ("r0",), 1
+    )
+    assert host.calls == []
+    found = fabric_facts_for(settings(**pair, **LINK), sysfs=tmp_path, run=host)
+    assert found == FabricFacts(NETDEV, (HCA, TWIN_HCA), 3)
+    assert not any(call[0] == "ping" for call in host.calls), "a start trusts the fabric stage's ping"
+
+
+def test_the_rank_refuses_to_start_without_a_roce_link(tmp_path: Path, host: FakeHost) -> None:
+    spark(tmp_path, host, primary_gid=False)
+    pair = {"engine": {"model": "/m", "kind": "tensorfold", "tp": 2}}
+    with pytest.raises(
+        LaunchError, match="fabric discovery found no RoCE link for NCCL: FAIL rdma: no RoCE device"
+    ):
+        fabric_facts_for(settings(**pair, **LINK), sysfs=tmp_path, run=host)
