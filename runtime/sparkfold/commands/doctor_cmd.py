@@ -6,10 +6,9 @@ from pathlib import Path
 
 import click
 
-from sparkfold.commands._options import echo_json, json_option
+from sparkfold.commands._options import echo_json, json_option, sysfs_option
 from sparkfold.config import DEFAULT_CONFIG_PATH
 from sparkfold.node.doctor import DEFAULT_TIMEOUT_S, Doctor, as_dict, as_table, bounded_runner
-from sparkfold.node.fabric import DEFAULT_SYSFS
 
 
 @click.command()
@@ -22,15 +21,7 @@ from sparkfold.node.fabric import DEFAULT_SYSFS
     envvar="SPARKFOLD_CONFIG",
     help="The node's sparkfold.toml (an invalid or missing file is reported, not fatal).",
 )
-@click.option(
-    "--sysfs-root",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=DEFAULT_SYSFS,
-    show_default=True,
-    metavar="DIR",
-    envvar="SPARKFOLD_SYSFS_ROOT",
-    help="Where sysfs is mounted (RDMA devices, RoCE GIDs).",
-)
+@sysfs_option
 @click.option(
     "--timeout",
     "timeout_s",

@@ -9,6 +9,7 @@ import pytest
 from node_fakes import FakeHost, add_roce_port, settings
 
 from sparkfold.engines.tensorfold import FabricFacts, LaunchError
+from sparkfold.node.checks import Check
 from sparkfold.node.fabric import discover, ipv4_mapped_gid
 from sparkfold.node.roce import fabric_facts, twin_netdev
 from sparkfold.node.tensorfold_rank import fabric_facts_for
@@ -65,7 +66,7 @@ def spark(
     host.answer(["ping", "-c", "2", "-W", "2", "-I", TWIN], twin_ping_rc)
 
 
-def check(report_checks: list, name: str):  # type: ignore[no-untyped-def,type-arg]
+def check(report_checks: list[Check], name: str) -> Check:
     return next(c for c in report_checks if c.name == name)
 
 
