@@ -32,6 +32,21 @@ def config_option(func: F) -> F:
     )(func)
 
 
+def sysfs_option(func: F) -> F:
+    """``--sysfs-root DIR`` (env ``SPARKFOLD_SYSFS_ROOT``): where sysfs is mounted (tests hand a fake)."""
+    from sparkfold.node.fabric import DEFAULT_SYSFS
+
+    return click.option(
+        "--sysfs-root",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=DEFAULT_SYSFS,
+        show_default=True,
+        metavar="DIR",
+        envvar="SPARKFOLD_SYSFS_ROOT",
+        help="Where sysfs is mounted (netdev MTU, RDMA devices, RoCE GIDs).",
+    )(func)
+
+
 def json_option(func: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")(func)
 

@@ -6,24 +6,16 @@ from pathlib import Path
 
 import click
 
-from sparkfold.commands._options import config_option, json_option
+from sparkfold.commands._options import config_option, json_option, sysfs_option
 from sparkfold.commands._report import emit
 from sparkfold.config import Settings
-from sparkfold.node.fabric import DEFAULT_SYSFS, discover
+from sparkfold.node.fabric import discover
 
 
 @click.command()
 @config_option
 @json_option
-@click.option(
-    "--sysfs-root",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=DEFAULT_SYSFS,
-    show_default=True,
-    metavar="DIR",
-    envvar="SPARKFOLD_SYSFS_ROOT",
-    help="Where sysfs is mounted (netdev MTU, RDMA devices, RoCE GIDs).",
-)
+@sysfs_option
 @click.option("--no-ping", is_flag=True, help="Skip the full-size ping to the peer.")
 def command(settings: Settings, as_json: bool, sysfs_root: Path, no_ping: bool) -> None:
     """Discover and prove the link to fabric.peer: netdev, MTU, full-size ping, RDMA device, RoCE v2 GID."""

@@ -11,7 +11,9 @@ Discovery, in order (each step one :class:`~sparkfold.node.checks.Check`):
    in). A configured ``fabric.gid_index`` or ``fabric.rdma_devices`` must agree with what is found.
 
 The facts found (``netdev``, ``address``, ``mtu``, ``rdma_devices``, ``gid_index``) feed the runtime
-configuration. ``sysfs`` is a parameter so tests can hand a fake tree.
+configuration. Once the RDMA device is found, :func:`sparkfold.node.roce.add_rails` checks the link is
+up, adds the port's PCIe twin as a second rail and writes the NCCL facts.
+``sysfs`` is a parameter so tests can hand a fake tree.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 
 from sparkfold.config import Settings
 from sparkfold.node.checks import Check, Report, Runner, run_command
+from sparkfold.node.roce import add_rails
 
 __all__ = ["DEFAULT_SYSFS", "discover", "ipv4_mapped_gid", "roce_v2_gid_index"]
 
@@ -233,4 +236,6 @@ def discover(
     else:
         report.add(Check("ping", True, "not run (--no-ping)", skipped=True))
     _check_rdma(settings, dev, sysfs, report)
+    if report.ok and "gid_index" in report.facts:
+        add_rails(settings, report, sysfs=sysfs, run=run, ping=ping)
     return report

@@ -4,7 +4,8 @@ TensorFold runs as a child process (``docker run`` of the engine image, or ``ten
 on the host); this module is what systemd sees in its place:
 
 - the launch plan from :mod:`sparkfold.engines.tensorfold`, with the fabric facts given in
-  ``[fabric]`` (NCCL settings are left to NCCL when they are not);
+  ``[fabric]``, or (two ranks, facts not written out) discovered at start by
+  :func:`sparkfold.node.fabric.discover` without the ping (the fabric stage proved the link);
 - READY once the rank is ready (rank 1: its "ready … following rank 0" line; rank 0: ``/health``
   says ``"ok": true``), with progress in the unit's STATUS while it loads;
 - WATCHDOG pings while the child runs and the peer answers;
@@ -20,22 +21,42 @@ import logging
 import signal
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from sparkfold.config import Settings
-from sparkfold.engines.tensorfold import FabricFacts, LaunchPlan, launch_plan
+from sparkfold.engines.tensorfold import FabricFacts, LaunchError, LaunchPlan, launch_plan
 from sparkfold.engines.tensorfold_process import RankProcess, RankStartError, image_key
+from sparkfold.node.checks import Runner, run_command
+from sparkfold.node.fabric import DEFAULT_SYSFS, discover
 from sparkfold.node.notify import notify, watchdog_interval_s
 from sparkfold.node.peer import start_peer_watch
+from sparkfold.node.roce import fabric_facts
 
-__all__ = ["plan_for", "run_tensorfold_rank"]
+__all__ = ["fabric_facts_for", "plan_for", "run_tensorfold_rank"]
 
 log = logging.getLogger("sparkfold.engine")
 
 
-def plan_for(settings: Settings) -> LaunchPlan:
-    """The rank's launch plan; fabric facts from ``[fabric]`` when all of them are written out."""
-    return launch_plan(settings, FabricFacts.from_settings(settings.fabric), image_key=image_key(settings))
+def fabric_facts_for(
+    settings: Settings, *, sysfs: Path = DEFAULT_SYSFS, run: Runner = run_command
+) -> FabricFacts | None:
+    """``[fabric]``'s facts when all are written out; else, for two ranks, discovered now."""
+    given = FabricFacts.from_settings(settings.fabric)
+    if given is not None or settings.engine.tp == 1:
+        return given
+    report = discover(settings, sysfs=sysfs, run=run, ping=False)
+    found = fabric_facts(report)
+    if found is None:
+        why = "; ".join(check.line() for check in report.failures) or "no RDMA device on the link"
+        raise LaunchError(f"fabric discovery found no RoCE link for NCCL: {why}")
+    return found
+
+
+def plan_for(settings: Settings, *, facts: FabricFacts | None = None) -> LaunchPlan:
+    """The rank's launch plan; fabric facts as given, from ``[fabric]``, or discovered."""
+    facts = facts or fabric_facts_for(settings)
+    return launch_plan(settings, facts, image_key=image_key(settings))
 
 
 def run_tensorfold_rank(settings: Settings, die: Callable[[str], Any]) -> int:

@@ -1,0 +1,125 @@
+"""``sparkfold doctor`` against a scripted host, a fake sysfs and /proc: every section, never raising."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from node_fakes import FakeHost, add_roce_port
+
+from sparkfold.cli import main
+from sparkfold.node.doctor import Doctor, as_dict, as_table, redact
+from sparkfold.weights import build_manifest, default_manifest_path, write_manifest
+
+GID = "0000:0000:0000:0000:0000:ffff:cb00:7101"  # ::ffff:203.0.113.1
+SECRET = "hf_abcdefghijklmnopqrstuvwx"
+
+
+@pytest.fixture
+def node(tmp_path: Path, host: FakeHost) -> Doctor:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    write_manifest(build_manifest(model), default_manifest_path(model))
+    config = tmp_path / "sparkfold.toml"
+    config.write_text(
+        f'[engine]\nkind = "tensorfold"\nmodel = "{model}"\n'
+        '[fabric]\naddress = "203.0.113.1"\npeer = "203.0.113.2"\n'
+    )
+    sysfs, proc = tmp_path / "sys", tmp_path / "proc"
+    add_roce_port(sysfs, "enp1s0f1np1", "rocep1s0f1", {3: (GID, "RoCE v2")})
+    proc.mkdir()
+    (proc / "meminfo").write_text("MemTotal:       125000000 kB\nMemAvailable:   117440512 kB\n")
+    host.answer(
+        ["ip", "-j", "-4", "route", "get"],
+        0,
+        [{"dst": "203.0.113.2", "dev": "enp1s0f1np1", "prefsrc": "203.0.113.1"}],
+    )
+    host.answer(["ip", "-j", "link", "show"], 0, [{"ifname": "enp1s0f1np1", "mtu": 9000, "operstate": "UP"}])
+    host.answer(["nvidia-smi"], 0, "NVIDIA GB10, 580.95, 1024 MiB, 122000 MiB\n")
+    host.answer(["docker", "version"], 0, "28.1.1\n")
+    host.answer(["docker", "image", "inspect"], 0, "0123456789ab\n")
+    host.answer(["systemctl", "is-active", "sparkfold-engine"], 0, "active\n")
+    host.answer(["systemctl", "is-active", "sparkfold-api"], 3, "inactive\n")
+    host.answer(["systemctl", "show"], 0, "4242\n")
+    host.answer(["journalctl"], 0, f"2026-11-30T08:00:00 spark sparkfold[1]: login failed token={SECRET}\n")
+    return Doctor(config, sysfs=sysfs, proc=proc, run=host)
+
+
+def sections(doctor: Doctor) -> dict[str, dict[str, object]]:
+    return as_dict(doctor.gather())["sections"]
+
+
+def test_every_section_is_gathered_from_a_healthy_node(node: Doctor, host: FakeHost) -> None:
+    found = sections(node)
+    assert list(found) == [
+        "version",
+        "config",
+        "fabric",
+        "rdma",
+        "netdevs",
+        "memory",
+        "gpu",
+        "docker",
+        "weights",
+        "units",
+        "errors",
+    ]
+    assert found["config"]["ok"] is True and len(found["config"]["data"]["engine_fingerprint"]) == 64
+    assert found["fabric"]["ok"] is True and found["fabric"]["data"]["facts"]["gid_index"] == 3
+    assert not any(call[0] == "ping" for call in host.calls), "doctor never pings"
+    assert found["rdma"]["data"]["devices"]["rocep1s0f1"]["1"]["gids"] == {"3": f"{GID} RoCE v2"}
+    assert found["memory"]["data"] == {"total_gib": 119.2, "available_gib": 112.0}
+    assert found["gpu"]["summary"].startswith("NVIDIA GB10")
+    assert found["docker"]["data"]["label"] == "0123456789ab"
+    assert found["weights"]["ok"] is True and found["weights"]["data"]["mode"] == "sizes"
+    units = found["units"]["data"]["units"]
+    assert units["sparkfold-engine"] == {"active": "active", "main_pid": "4242"}
+    assert units["sparkfold-api"]["active"] == "inactive"
+    assert found["errors"]["ok"] is False and len(found["errors"]["data"]["lines"]) == 1
+
+
+def test_secrets_never_appear(node: Doctor) -> None:
+    text = json.dumps(as_dict(node.gather())) + as_table(node.gather())
+    assert SECRET not in text and "token=<redacted>" in text
+    assert redact("Authorization: Bearer sk-abcdefghijkl") == "Authorization: Bearer <redacted>"
+
+
+def test_missing_tools_are_facts_not_errors(tmp_path: Path) -> None:
+    doctor = Doctor(tmp_path / "absent.toml", sysfs=tmp_path, proc=tmp_path, run=FakeHost())
+    found = sections(doctor)
+    assert found["config"]["ok"] is False and "cannot read" in found["config"]["summary"]
+    assert found["fabric"]["summary"] == "skipped: needs a valid config"
+    assert found["gpu"]["ok"] is None and "command not found" in found["gpu"]["summary"]
+    assert found["docker"]["ok"] is None and found["units"]["ok"] is None
+    assert found["memory"]["ok"] is False
+
+
+def test_a_probe_that_raises_becomes_a_failed_section(node: Doctor, monkeypatch: pytest.MonkeyPatch) -> None:
+    def boom() -> None:
+        raise RuntimeError("sysfs vanished")
+
+    monkeypatch.setattr(node, "rdma", boom)
+    found = sections(node)
+    assert found["rdma"] == {"ok": False, "summary": "probe failed: RuntimeError: sysfs vanished", "data": {}}
+    assert found["errors"]["summary"] == "1 recent error line(s)"
+
+
+def test_weights_that_differ_fail_the_section(node: Doctor) -> None:
+    assert node.config is not None
+    (Path(node.config).parent / "model/config.json").write_text("{ }")
+    found = sections(node)
+    assert found["weights"]["ok"] is False and "wrong size" in found["weights"]["summary"]
+
+
+def test_command_prints_a_table_and_json(tmp_path: Path) -> None:
+    absent = str(tmp_path / "absent.toml")
+    table = CliRunner().invoke(
+        main, ["doctor", "--config", absent, "--sysfs-root", str(tmp_path), "--timeout", "5"]
+    )
+    assert table.exit_code == 0, table.output
+    assert "FAIL config" in table.output and "version" in table.output
+    raw = CliRunner().invoke(main, ["doctor", "--config", absent, "--json", "--timeout", "5"])
+    assert raw.exit_code == 0 and "sections" in json.loads(raw.output)
