@@ -105,6 +105,64 @@ class TransformersSettings(_Section):
     threads: int = Field(0, ge=0, description="torch intra-op threads; 0 = torch's default")
 
 
+class Exllamav3Settings(_Section):
+    """Settings of the GPU engine (``kind = "exllamav3"``): exllamav3's generator on local GPUs."""
+
+    reserve_gib: float = Field(
+        4.0, ge=0, description="GPU memory left free after the weights and the KV pool (activations, CUDA)"
+    )
+    pool_tokens: int = Field(
+        0, ge=0, description="KV pool size in tokens (multiple of 256); 0 = as many as free memory allows"
+    )
+    cache: Literal["fp16", "q8", "q6", "q4"] = Field(
+        "fp16", description="KV cache: fp16, or exllamav3's quantized cache at 8/6/4 bits per value"
+    )
+    chunk_tokens: int = Field(2048, ge=256, description="prefill chunk size (multiple of 256)")
+    recurrent_cache_gib: float = Field(
+        4.0, ge=0, description="host memory for recurrent (KDA) state checkpoints, the prompt reuse of KDA layers"
+    )
+    checkpoint_interval: int = Field(
+        0, ge=0, description="tokens between recurrent checkpoints (multiple of 256); 0 = the model's default"
+    )
+    cpu_cache_gib: float = Field(0.0, ge=0, description="pinned host memory tier for evicted KV pages; 0 = off")
+    disk_cache_dir: Path | None = Field(
+        None, description="disk tier for evicted pages and checkpoints (needs cpu_cache_gib > 0); unset = off"
+    )
+    disk_cache_gib: float = Field(50.0, gt=0, description="budget of disk_cache_dir")
+    mtp: bool = Field(False, description="draft with the checkpoint's MTP head")
+    drafter: str = Field(
+        "none",
+        min_length=1,
+        description='DFlash2 (or other) draft model directory, or "none" (the published drafter is non-commercial)',
+    )
+    ngram: int = Field(0, ge=0, description="n-gram (copy) drafts: minimum match length; 0 = off")
+    draft_tokens: int = Field(0, ge=0, description="tokens per draft round; 0 = the drafter's default (4)")
+    plain_pool_tokens: int = Field(
+        0,
+        ge=0,
+        description='KV pool of the undrafted lane serving `"draft": false` requests when drafts are on; '
+        "0 = one window",
+    )
+    stop_on_loop: bool = Field(False, description="end a reply that loops (exllamav3's loop guard)")
+
+    @model_validator(mode="after")
+    def _drafts(self) -> Exllamav3Settings:
+        if self.drafter != "none" and not self.drafter.startswith("/"):
+            raise ValueError(f'drafter must be "none" or an absolute directory, not {self.drafter!r}')
+        if sum([self.mtp, self.drafter != "none", self.ngram > 0]) > 1:
+            raise ValueError("choose one draft source: mtp, drafter or ngram")
+        for name in ("pool_tokens", "chunk_tokens", "checkpoint_interval", "plain_pool_tokens"):
+            if getattr(self, name) % 256:
+                raise ValueError(f"{name} must be a multiple of 256 (exllamav3's page size)")
+        if self.disk_cache_dir is not None and not self.cpu_cache_gib:
+            raise ValueError("disk_cache_dir needs cpu_cache_gib > 0 (the disk tier sits behind the host tier)")
+        return self
+
+    @property
+    def drafts(self) -> bool:
+        return self.mtp or self.drafter != "none" or self.ngram > 0
+
+
 class MediaSettings(_Section):
     """Pictures in requests to our own engines (``transformers``, ``exllamav3``)."""
 
@@ -205,6 +263,7 @@ class EngineSettings(_Section):
     seed: int = Field(0, ge=0, description="base seed for sampled requests without a seed")
     drain_s: float = Field(30.0, ge=0, description="on SIGTERM, wait this long for in-flight requests")
     transformers: TransformersSettings = Field(default_factory=TransformersSettings)
+    exllamav3: Exllamav3Settings = Field(default_factory=Exllamav3Settings)
     tensorfold: TensorfoldSettings = Field(default_factory=TensorfoldSettings)
     media: MediaSettings = Field(default_factory=MediaSettings)
 
