@@ -119,12 +119,16 @@ class Exllamav3Settings(_Section):
     )
     chunk_tokens: int = Field(2048, ge=256, description="prefill chunk size (multiple of 256)")
     recurrent_cache_gib: float = Field(
-        4.0, ge=0, description="host memory for recurrent (KDA) state checkpoints, the prompt reuse of KDA layers"
+        4.0,
+        ge=0,
+        description="host memory for recurrent (KDA) state checkpoints: prompt reuse of KDA layers",
     )
     checkpoint_interval: int = Field(
         0, ge=0, description="tokens between recurrent checkpoints (multiple of 256); 0 = the model's default"
     )
-    cpu_cache_gib: float = Field(0.0, ge=0, description="pinned host memory tier for evicted KV pages; 0 = off")
+    cpu_cache_gib: float = Field(
+        0.0, ge=0, description="pinned host memory tier for evicted KV pages; 0 = off"
+    )
     disk_cache_dir: Path | None = Field(
         None, description="disk tier for evicted pages and checkpoints (needs cpu_cache_gib > 0); unset = off"
     )
@@ -133,7 +137,7 @@ class Exllamav3Settings(_Section):
     drafter: str = Field(
         "none",
         min_length=1,
-        description='DFlash2 (or other) draft model directory, or "none" (the published drafter is non-commercial)',
+        description='draft model directory (DFlash2 …), or "none" (the published drafter is non-commercial)',
     )
     ngram: int = Field(0, ge=0, description="n-gram (copy) drafts: minimum match length; 0 = off")
     draft_tokens: int = Field(0, ge=0, description="tokens per draft round; 0 = the drafter's default (4)")
@@ -155,7 +159,9 @@ class Exllamav3Settings(_Section):
             if getattr(self, name) % 256:
                 raise ValueError(f"{name} must be a multiple of 256 (exllamav3's page size)")
         if self.disk_cache_dir is not None and not self.cpu_cache_gib:
-            raise ValueError("disk_cache_dir needs cpu_cache_gib > 0 (the disk tier sits behind the host tier)")
+            raise ValueError(
+                "disk_cache_dir needs cpu_cache_gib > 0 (the disk tier sits behind the host tier)"
+            )
         return self
 
     @property
