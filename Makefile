@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test lint unit demo clean
+.PHONY: venv test lint unit demo clean gpu-run
 
 venv: $(STAMP)
 
@@ -35,3 +35,9 @@ demo: venv
 
 clean:
 	rm -rf $(VENV) var
+
+# The whole GPU run on a CUDA host (docs/gpu.md): carried wheels and extension build, fixture
+# conversion, tests/gpu, benchmark; logs and results in OUT (default var/gpu).
+OUT ?= var/gpu
+gpu-run:
+	tests/gpu/run.sh $(OUT)

@@ -126,6 +126,9 @@ class Exllamav3Settings(_Section):
     checkpoint_interval: int = Field(
         0, ge=0, description="tokens between recurrent checkpoints (multiple of 256); 0 = the model's default"
     )
+    prefill_checkpoint_interval: int = Field(
+        0, ge=0, description="tokens between recurrent checkpoints while a prompt is read; 0 = 32768"
+    )
     cpu_cache_gib: float = Field(
         0.0, ge=0, description="pinned host memory tier for evicted KV pages; 0 = off"
     )
@@ -155,7 +158,13 @@ class Exllamav3Settings(_Section):
             raise ValueError(f'drafter must be "none" or an absolute directory, not {self.drafter!r}')
         if sum([self.mtp, self.drafter != "none", self.ngram > 0]) > 1:
             raise ValueError("choose one draft source: mtp, drafter or ngram")
-        for name in ("pool_tokens", "chunk_tokens", "checkpoint_interval", "plain_pool_tokens"):
+        for name in (
+            "pool_tokens",
+            "chunk_tokens",
+            "checkpoint_interval",
+            "prefill_checkpoint_interval",
+            "plain_pool_tokens",
+        ):
             if getattr(self, name) % 256:
                 raise ValueError(f"{name} must be a multiple of 256 (exllamav3's page size)")
         if self.disk_cache_dir is not None and not self.cpu_cache_gib:

@@ -709,6 +709,8 @@ def load(settings: EngineSettings, on_fatal: Callable[[str], None] | None = None
     }
     if x.checkpoint_interval:
         common["recurrent_checkpoint_interval"] = x.checkpoint_interval
+    if x.prefill_checkpoint_interval:
+        common["recurrent_checkpoint_interval_pp"] = x.prefill_checkpoint_interval
     main = exl.Generator(
         model=model,
         cache=caches["main"],
