@@ -57,7 +57,7 @@ for step in $STEPS; do
   case $step in
     tests)
       log "tests/gpu"
-      timeout "${TEST_TIMEOUT:-420}" python3 -m pytest -p no:cacheprovider -q -x --timeout 300 tests/gpu \
+      timeout "${TEST_TIMEOUT:-420}" python3 -m pytest -p no:cacheprovider -q --timeout 300 tests/gpu \
         2>&1 | tee "$OUT/pytest.log" | tail -40 || rc=1 ;;
     bench)
       log "benchmark"
