@@ -30,6 +30,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.gpu.gpu_engine import child_env
 from tests.integration.engine_procs import EngineProcess, free_port, wait_healthy, write_config
 
 LEVELS = (1, 4, 8, 16)
@@ -143,7 +144,7 @@ def server(model_dir: Path, tokens: int, log_dir: Path) -> dict[str, Any]:
         parallel=max(LEVELS),
     )
     config.write_text(config.read_text() + f"[engine.exllamav3]\npool_tokens = {POOL_TOKENS}\n")
-    proc = EngineProcess(config, log_dir / "engine-bench.log")
+    proc = EngineProcess(config, log_dir / "engine-bench.log", env=child_env())
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, proc, deadline_s=400)

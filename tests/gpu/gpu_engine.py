@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tests.integration.engine_procs import EngineProcess, free_port, wait_healthy, write_config
+from tests.integration.engine_procs import RUNTIME, EngineProcess, free_port, wait_healthy, write_config
 
 
 class Results:
@@ -22,6 +22,12 @@ class Results:
         if out:
             Path(out).mkdir(parents=True, exist_ok=True)
             (Path(out) / "gpu_results.json").write_text(json.dumps(self.values, indent=2) + "\n")
+
+
+def child_env() -> dict[str, str]:
+    """The engine child keeps this process's PYTHONPATH (carried wheels, the extension build)."""
+    paths = [str(RUNTIME), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return {"PYTHONPATH": os.pathsep.join(paths)}
 
 
 def start_engine(tmp: Path, model: Path, name: str, **exllamav3: Any) -> tuple[str, EngineProcess]:
@@ -42,7 +48,7 @@ def start_engine(tmp: Path, model: Path, name: str, **exllamav3: Any) -> tuple[s
         lines = ["[engine.exllamav3]"] + [f"{key} = {json.dumps(value)}" for key, value in exllamav3.items()]
         config.write_text(config.read_text() + "\n".join(lines) + "\n")
     log_dir = Path(os.environ.get("SPARKFOLD_GPU_OUT") or tmp)
-    proc = EngineProcess(config, log_dir / f"engine-{name}.log")
+    proc = EngineProcess(config, log_dir / f"engine-{name}.log", env=child_env())
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, proc, deadline_s=400)
