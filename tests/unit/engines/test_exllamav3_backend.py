@@ -364,3 +364,27 @@ def test_the_grammar_filter_hands_exllamav3_the_matchers_bitmask() -> None:
 def test_engine_settings_carry_the_exllamav3_section() -> None:
     settings = EngineSettings(model="/m", kind="exllamav3", exllamav3={"cache": "q4", "mtp": True})
     assert settings.exllamav3.cache == "q4" and settings.exllamav3.drafts
+
+
+def test_the_server_reports_pool_and_cached_tokens() -> None:
+    from fastapi.testclient import TestClient
+
+    from sparkfold.engines.server import create_app
+    from sparkfold.engines.serving import EngineService
+
+    generator, _ = make()
+    service = EngineService(generator, served_name="glm", max_tokens=4, seed=0, thinking=False)
+    try:
+        with TestClient(create_app(service)) as http:
+            reply = http.post(
+                "/v1/completions", json={"prompt": "ab", "max_tokens": 4, "temperature": 0}
+            ).json()
+            health = http.get("/health").json()
+            metrics = http.get("/metrics").text
+    finally:
+        generator.close()
+    assert reply["usage"]["prompt_tokens_details"]["cached_tokens"] == 256
+    assert reply["tensorfold"]["cached"] == 256 and reply["tensorfold"]["accepted"] == 3
+    assert health["pool"]["pool_tokens"] == 4096 and health["cached_tokens_total"] == 256
+    assert "sparkfold_exllamav3_pool_tokens 4096" in metrics
+    assert "tensorfold:prompt_tokens_cached_total 256.0" in metrics
