@@ -43,7 +43,7 @@ if [ -n "$built" ]; then
   sha256sum "$built" | tee "$OUT/ext.so.sha256"
 fi
 
-MODEL=$WORK/tiny-glm-exl3
+MODEL=${MODEL_DIR:-$WORK/tiny-glm-exl3}  # MODEL_DIR: a carried conversion (skips ~110 s)
 if [ ! -f "$MODEL/config.json" ]; then
   log "writing and converting the decisive tiny GLM-5.3-Flash"
   python3 -m sparkfold.testing.tiny_glm "$WORK/tiny-glm" --decisive >>"$OUT/convert.log" 2>&1 &&
