@@ -268,7 +268,9 @@ class EngineSettings(_Section):
     )
     model: str = Field(..., min_length=1, description="model directory (or file) on this node")
     served_name: str = Field("GLM-5.3-Flash-EXL3", min_length=1, description="model id in /v1/models")
-    tp: int = Field(1, ge=1, le=2, description="tensor-parallel ranks: 2 = one rank on each node")
+    tp: int = Field(
+        1, ge=1, le=2, description="tensor-parallel ranks: 2 = one rank on each node (exllamav3: local GPUs)"
+    )
     host: str = Field("127.0.0.1", description="engine server bind address (rank 0); keep it on loopback")
     port: int = Field(DEFAULT_ENGINE_PORT, ge=1, le=65535, description="engine server port (rank 0)")
     context: int = Field(1_048_576, ge=16, description="the window: prompt + reply tokens per request")
@@ -338,7 +340,7 @@ class Settings(_Section):
     def _topology(self) -> Settings:
         if self.node.rank >= self.engine.tp:
             raise ValueError(f"node.rank ({self.node.rank}) must be below engine.tp ({self.engine.tp})")
-        if self.engine.tp > 1:
+        if self.engine.tp > 1 and self.engine.kind != "exllamav3":  # exllamav3: local GPUs, no peer
             for key in ("address", "peer"):
                 if getattr(self.fabric, key) is None:
                     raise ValueError(f"fabric.{key} is required when engine.tp > 1")

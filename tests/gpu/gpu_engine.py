@@ -33,6 +33,7 @@ def child_env() -> dict[str, str]:
 def start_engine(tmp: Path, model: Path, name: str, **exllamav3: Any) -> tuple[str, EngineProcess]:
     """``sparkfold engine`` on the GPU with these ``[engine.exllamav3]`` keys; its URL once healthy."""
     port = free_port()
+    tp = int(exllamav3.pop("tp", 1))
     config = write_config(
         tmp / f"{name}.toml",
         model,
@@ -43,6 +44,7 @@ def start_engine(tmp: Path, model: Path, name: str, **exllamav3: Any) -> tuple[s
         max_tokens=64,
         parallel=4,
         thinking=False,
+        tp=tp,
     )
     if exllamav3:
         lines = ["[engine.exllamav3]"] + [f"{key} = {json.dumps(value)}" for key, value in exllamav3.items()]

@@ -173,3 +173,24 @@ def test_ttft_is_measured_per_request(client: httpx.Client) -> None:
     started = time.monotonic()
     reply = complete(client, PROMPTS[0], max_tokens=2)
     assert 0 <= reply["tensorfold"]["prefill_s"] <= time.monotonic() - started
+
+
+def test_tp2_serves_and_matches_tp1(
+    tmp_path: Path, exl3_model: Path, client: httpx.Client, results: Results
+) -> None:
+    import torch
+
+    if torch.cuda.device_count() < 2:
+        pytest.skip("tp = 2 needs two GPUs")
+    url, proc = start_engine(tmp_path, exl3_model, "tp2", tp=2)
+    try:
+        checks = conformance.run(url, model="glm")
+        failed = [f"{c.name}: {c.detail}" for c in checks if c.required and not c.passed]
+        with httpx.Client(base_url=url, timeout=300) as tp2:
+            pairs = [(ids_of(complete(tp2, p)), ids_of(complete(client, p))) for p in PROMPTS]
+    finally:
+        proc.stop()
+    results.record("tp2_vs_tp1_first_difference", [first_difference(a, b) for a, b in pairs])
+    results.record("tp2_conformance_failed", failed)
+    assert not failed, failed
+    assert all(a == b for a, b in pairs)
