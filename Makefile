@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test lint unit demo demo-down clean
+.PHONY: venv test lint unit demo demo-down clean gpu-run
 
 venv: $(STAMP)
 
@@ -42,3 +42,9 @@ demo-down: venv
 
 clean:
 	rm -rf $(VENV) var
+
+# The whole GPU run on a CUDA host (docs/gpu.md): carried wheels and extension build, fixture
+# conversion, tests/gpu, benchmark; logs and results in OUT (default var/gpu).
+OUT ?= var/gpu
+gpu-run:
+	tests/gpu/run.sh $(OUT)

@@ -105,6 +105,79 @@ class TransformersSettings(_Section):
     threads: int = Field(0, ge=0, description="torch intra-op threads; 0 = torch's default")
 
 
+class Exllamav3Settings(_Section):
+    """Settings of the GPU engine (``kind = "exllamav3"``): exllamav3's generator on local GPUs."""
+
+    reserve_gib: float = Field(
+        4.0, ge=0, description="GPU memory left free after the weights and the KV pool (activations, CUDA)"
+    )
+    pool_tokens: int = Field(
+        0, ge=0, description="KV pool size in tokens (multiple of 256); 0 = as many as free memory allows"
+    )
+    cache: Literal["fp16", "q8", "q6", "q4"] = Field(
+        "fp16", description="KV cache: fp16, or exllamav3's quantized cache at 8/6/4 bits per value"
+    )
+    chunk_tokens: int = Field(2048, ge=256, description="prefill chunk size (multiple of 256)")
+    recurrent_cache_gib: float = Field(
+        4.0,
+        ge=0,
+        description="host memory for recurrent (KDA) state checkpoints: prompt reuse of KDA layers",
+    )
+    checkpoint_interval: int = Field(
+        0, ge=0, description="tokens between recurrent checkpoints (multiple of 256); 0 = the model's default"
+    )
+    prefill_checkpoint_interval: int = Field(
+        0, ge=0, description="tokens between recurrent checkpoints while a prompt is read; 0 = 32768"
+    )
+    cpu_cache_gib: float = Field(
+        0.0, ge=0, description="pinned host memory tier for evicted KV pages; 0 = off"
+    )
+    disk_cache_dir: Path | None = Field(
+        None, description="disk tier for evicted pages and checkpoints (needs cpu_cache_gib > 0); unset = off"
+    )
+    disk_cache_gib: float = Field(50.0, gt=0, description="budget of disk_cache_dir")
+    mtp: bool = Field(False, description="draft with the checkpoint's MTP head")
+    drafter: str = Field(
+        "none",
+        min_length=1,
+        description='draft model directory (DFlash2 …), or "none" (the published drafter is non-commercial)',
+    )
+    ngram: int = Field(0, ge=0, description="n-gram (copy) drafts: minimum match length; 0 = off")
+    draft_tokens: int = Field(0, ge=0, description="tokens per draft round; 0 = the drafter's default (4)")
+    plain_pool_tokens: int = Field(
+        0,
+        ge=0,
+        description='KV pool of the undrafted lane serving `"draft": false` requests when drafts are on; '
+        "0 = one window",
+    )
+    stop_on_loop: bool = Field(False, description="end a reply that loops (exllamav3's loop guard)")
+
+    @model_validator(mode="after")
+    def _drafts(self) -> Exllamav3Settings:
+        if self.drafter != "none" and not self.drafter.startswith("/"):
+            raise ValueError(f'drafter must be "none" or an absolute directory, not {self.drafter!r}')
+        if sum([self.mtp, self.drafter != "none", self.ngram > 0]) > 1:
+            raise ValueError("choose one draft source: mtp, drafter or ngram")
+        for name in (
+            "pool_tokens",
+            "chunk_tokens",
+            "checkpoint_interval",
+            "prefill_checkpoint_interval",
+            "plain_pool_tokens",
+        ):
+            if getattr(self, name) % 256:
+                raise ValueError(f"{name} must be a multiple of 256 (exllamav3's page size)")
+        if self.disk_cache_dir is not None and not self.cpu_cache_gib:
+            raise ValueError(
+                "disk_cache_dir needs cpu_cache_gib > 0 (the disk tier sits behind the host tier)"
+            )
+        return self
+
+    @property
+    def drafts(self) -> bool:
+        return self.mtp or self.drafter != "none" or self.ngram > 0
+
+
 class MediaSettings(_Section):
     """Pictures in requests to our own engines (``transformers``, ``exllamav3``)."""
 
@@ -195,7 +268,9 @@ class EngineSettings(_Section):
     )
     model: str = Field(..., min_length=1, description="model directory (or file) on this node")
     served_name: str = Field("GLM-5.3-Flash-EXL3", min_length=1, description="model id in /v1/models")
-    tp: int = Field(1, ge=1, le=2, description="tensor-parallel ranks: 2 = one rank on each node")
+    tp: int = Field(
+        1, ge=1, le=2, description="tensor-parallel ranks: 2 = one rank on each node (exllamav3: local GPUs)"
+    )
     host: str = Field("127.0.0.1", description="engine server bind address (rank 0); keep it on loopback")
     port: int = Field(DEFAULT_ENGINE_PORT, ge=1, le=65535, description="engine server port (rank 0)")
     context: int = Field(1_048_576, ge=16, description="the window: prompt + reply tokens per request")
@@ -205,6 +280,7 @@ class EngineSettings(_Section):
     seed: int = Field(0, ge=0, description="base seed for sampled requests without a seed")
     drain_s: float = Field(30.0, ge=0, description="on SIGTERM, wait this long for in-flight requests")
     transformers: TransformersSettings = Field(default_factory=TransformersSettings)
+    exllamav3: Exllamav3Settings = Field(default_factory=Exllamav3Settings)
     tensorfold: TensorfoldSettings = Field(default_factory=TensorfoldSettings)
     media: MediaSettings = Field(default_factory=MediaSettings)
 
@@ -264,7 +340,7 @@ class Settings(_Section):
     def _topology(self) -> Settings:
         if self.node.rank >= self.engine.tp:
             raise ValueError(f"node.rank ({self.node.rank}) must be below engine.tp ({self.engine.tp})")
-        if self.engine.tp > 1:
+        if self.engine.tp > 1 and self.engine.kind != "exllamav3":  # exllamav3: local GPUs, no peer
             for key in ("address", "peer"):
                 if getattr(self.fabric, key) is None:
                     raise ValueError(f"fabric.{key} is required when engine.tp > 1")

@@ -287,6 +287,8 @@ class EngineHealth(_Wire):
     context_length: int = 0
     streams: int = 1
     peer: PeerState | None = None
+    pool: dict[str, int] | None = None
+    """Engines with a shared KV pool: pool, free and kept (reusable) tokens, lanes (exllamav3)."""
 
 
 # --- completions, tokenizer, models (engine servers; vLLM field names) --------------------------

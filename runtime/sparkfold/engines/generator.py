@@ -8,12 +8,24 @@ budget is spent, an end-of-sequence token comes, or the request is cancelled. Ev
 
 from __future__ import annotations
 
+import asyncio
 import threading
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["CapacityError", "EngineFailure", "Generator", "SamplingParams"]
+__all__ = [
+    "CapacityError",
+    "Emit",
+    "EngineFailure",
+    "GenerationReport",
+    "Generator",
+    "SamplingParams",
+    "stream_from_thread",
+]
+
+Emit = Callable[[int | BaseException | None], None]
+"""How an engine thread hands one request's output to its caller: a token id, an error, or ``None`` (done)."""
 
 
 class CapacityError(RuntimeError):
@@ -22,6 +34,16 @@ class CapacityError(RuntimeError):
 
 class EngineFailure(RuntimeError):
     """The engine can no longer generate (a peer rank is gone, a collective failed)."""
+
+
+@dataclass
+class GenerationReport:
+    """What an engine tells the server about one finished request (filled while it runs)."""
+
+    cached_tokens: int = 0
+    """Prompt tokens reused from the engine's prompt cache instead of prefilled."""
+    drafted: int = 0
+    accepted: int = 0
 
 
 @dataclass(frozen=True)
@@ -40,6 +62,10 @@ class SamplingParams:
     """Per-request token matcher (``sparkfold.glm.grammar.ConstrainedMatcher``): masks the logits."""
     prefill_inputs: Mapping[str, Any] | None = field(default=None, compare=False)
     """Extra model inputs of the prompt's forward (``pixel_values``, ``image_grid_thw`` …)."""
+    draft: bool = True
+    """``False``: decode without speculative drafts (the plain reference output)."""
+    report: GenerationReport = field(default_factory=GenerationReport, compare=False)
+    """Filled by engines that know more than the token stream (cached prompt tokens, drafts)."""
 
     @property
     def greedy(self) -> bool:
@@ -78,3 +104,31 @@ class Generator(Protocol):
     def healthy(self) -> bool: ...
 
     def close(self) -> None: ...
+
+
+async def stream_from_thread(submit: Callable[[Emit], None], cancel: threading.Event) -> AsyncIterator[int]:
+    """Token ids that an engine thread emits through the callback given to ``submit``.
+
+    The callback is safe to call from any thread; once the caller's event loop is gone it sets
+    ``cancel``. Leaving the iteration early sets ``cancel`` too, so the engine stops the request.
+    """
+    loop = asyncio.get_running_loop()
+    items: asyncio.Queue[int | BaseException | None] = asyncio.Queue()
+
+    def emit(item: int | BaseException | None) -> None:
+        try:
+            loop.call_soon_threadsafe(items.put_nowait, item)
+        except RuntimeError:  # the event loop is gone: nobody is listening any more
+            cancel.set()
+
+    submit(emit)
+    try:
+        while True:
+            item = await items.get()
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        cancel.set()

@@ -25,6 +25,9 @@ class EngineCounters:
     completion_tokens_total: int = 0
     prefill_seconds_total: float = 0.0
     decode_seconds_total: float = 0.0
+    cached_tokens_total: int = 0
+    drafted_total: int = 0
+    accepted_total: int = 0
     registry: CollectorRegistry = field(default_factory=CollectorRegistry, repr=False)
 
     def __post_init__(self) -> None:
@@ -52,6 +55,13 @@ class EngineCounters:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        self._cached = Counter("tensorfold:prompt_tokens_cached", "prompt tokens reused", registry=r)
+        self._drafted = Counter(
+            "tensorfold:spec_decode_num_draft_tokens", "draft tokens proposed", registry=r
+        )
+        self._accepted = Counter(
+            "tensorfold:spec_decode_num_accepted_tokens", "draft tokens accepted", registry=r
+        )
         self._decode = Histogram(
             "tensorfold:request_decode_seconds", "first to last token", buckets=_LATENCY_BUCKETS, registry=r
         )
@@ -77,6 +87,15 @@ class EngineCounters:
         self._prefill.observe(prefill_s)
         self._decode.observe(decode_s)
         self._latency.observe(prefill_s + decode_s)
+
+    def reported(self, cached: int, drafted: int, accepted: int) -> None:
+        """An engine's report of one finished request: reused prompt tokens, drafts."""
+        self.cached_tokens_total += cached
+        self.drafted_total += drafted
+        self.accepted_total += accepted
+        self._cached.inc(cached)
+        self._drafted.inc(drafted)
+        self._accepted.inc(accepted)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -110,7 +110,9 @@ def create_app(service: EngineService) -> FastAPI:
     @app.get("/metrics")
     @app.get("/v1/metrics")
     async def metrics() -> Response:
-        return Response(service.counters.exposition(), media_type="text/plain; version=0.0.4")
+        extra = getattr(service.generator, "metrics_text", None)
+        body = service.counters.exposition() + (extra().encode() if callable(extra) else b"")
+        return Response(body, media_type="text/plain; version=0.0.4")
 
     @app.post("/tokenize")
     @app.post("/v1/tokenize")
@@ -209,7 +211,7 @@ def create_app(service: EngineService) -> FastAPI:
 
 
 def _usage(outcome: Outcome) -> Usage:
-    return Usage.of(outcome.prompt_tokens, len(outcome.token_ids))
+    return Usage.of(outcome.prompt_tokens, len(outcome.token_ids), cached=outcome.report.cached_tokens)
 
 
 async def _collect_chat(

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from sparkfold.engines.chat_template import ChatRenderer, ChatTemplateRenderer
-from sparkfold.engines.generator import Generator, SamplingParams
+from sparkfold.engines.generator import GenerationReport, Generator, SamplingParams
 from sparkfold.engines.metrics import EngineCounters
 from sparkfold.engines.output import OutputParser, ParserFactory, PlainParser, TextStream, plain_parser
 from sparkfold.glm.errors import GlmError
@@ -77,6 +77,7 @@ class Outcome:
     token_ids: list[int]
     prefill_s: float
     decode_s: float
+    report: GenerationReport = field(default_factory=GenerationReport)
 
     def stats(self) -> dict[str, object]:
         """The ``tensorfold`` stats block."""
@@ -88,10 +89,10 @@ class Outcome:
             "prefill_s": round(self.prefill_s, 4),
             "decode_s": round(self.decode_s, 4),
             "decode_tok_s": round(rate, 2),
-            "cached": 0,
+            "cached": self.report.cached_tokens,
             "rounds": 0,
-            "drafted": 0,
-            "accepted": 0,
+            "drafted": self.report.drafted,
+            "accepted": self.report.accepted,
             "token_sha": digest,
         }
 
@@ -264,6 +265,7 @@ class EngineService:
             seed=self.seed if request.seed is None else request.seed,
             ignore_eos=request.ignore_eos,
             stop_token_ids=self.stop_token_ids,
+            draft=getattr(request, "draft", True),
         )
         stop = [request.stop] if isinstance(request.stop, str) else list(request.stop or [])
         return Prepared(ids, params, stop)
@@ -314,7 +316,9 @@ class EngineService:
             await tokens.aclose()
             now = time.monotonic()
             counters.finished(finish, first - started, now - first if ids else 0.0)
-        yield Outcome(finish, len(prepared.prompt_ids), ids, first - started, now - first)
+        report = prepared.params.report
+        counters.reported(report.cached_tokens, report.drafted, report.accepted)
+        yield Outcome(finish, len(prepared.prompt_ids), ids, first - started, now - first, report)
 
     # --- status ---------------------------------------------------------------------------------
 
@@ -331,7 +335,11 @@ class EngineService:
             completion_tokens_total=c.completion_tokens_total,
             prefill_seconds_total=round(c.prefill_seconds_total, 6),
             decode_seconds_total=round(c.decode_seconds_total, 6),
+            cached_tokens_total=c.cached_tokens_total,
+            drafted_total=c.drafted_total,
+            accepted_total=c.accepted_total,
             context_length=self.generator.context_length,
             streams=self.generator.parallel,
             peer=peer,
+            pool=pool() if callable(pool := getattr(self.generator, "pool_stats", None)) else None,
         )

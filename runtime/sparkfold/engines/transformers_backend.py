@@ -13,7 +13,6 @@ what it would get alone.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import json
 import logging
@@ -28,7 +27,7 @@ from typing import Any
 import torch
 
 from sparkfold.config import EngineSettings
-from sparkfold.engines.generator import CapacityError, EngineFailure, SamplingParams
+from sparkfold.engines.generator import CapacityError, Emit, EngineFailure, SamplingParams, stream_from_thread
 from sparkfold.engines.models import ModelSource, resolve_model
 from sparkfold.engines.sampling import sample
 from sparkfold.engines.tensor_parallel import Link, Op, Rendezvous, meet, split_mlps
@@ -184,7 +183,7 @@ class _Job:
     prompt: list[int]
     params: SamplingParams
     cancel: threading.Event
-    emit: Callable[[int | BaseException | None], None]
+    emit: Emit
     slot: int = -1
     produced: int = 0
     last: int | None = None
@@ -249,26 +248,12 @@ class TransformersGenerator:
     ) -> AsyncIterator[int]:
         if self._fatal is not None:
             raise EngineFailure(self._fatal)
-        loop = asyncio.get_running_loop()
-        items: asyncio.Queue[int | BaseException | None] = asyncio.Queue()
 
-        def emit(item: int | BaseException | None) -> None:
-            try:
-                loop.call_soon_threadsafe(items.put_nowait, item)
-            except RuntimeError:  # the event loop is gone: nobody is listening any more
-                cancel.set()
+        def submit(emit: Emit) -> None:
+            self._inbox.put(_Job(list(prompt_ids), params, cancel, emit))
 
-        self._inbox.put(_Job(list(prompt_ids), params, cancel, emit))
-        try:
-            while True:
-                item = await items.get()
-                if item is None:
-                    return
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-        finally:
-            cancel.set()
+        async for token in stream_from_thread(submit, cancel):
+            yield token
 
     def close(self) -> None:
         """Stop the engine thread (cancelling what still runs) and release rank 1."""

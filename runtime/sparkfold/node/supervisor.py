@@ -83,14 +83,20 @@ def describe(settings: Settings) -> dict[str, Any]:
         "rank": rank,
         "tp": engine.tp,
         "serve": f"http://{engine.host}:{engine.port}/v1" if rank == 0 else None,
-        "runs": "in this process (the transformers engine on CPU)",
+        "runs": (
+            "in this process (the exllamav3 engine on this host's GPUs)"
+            if engine.kind == "exllamav3"
+            else "in this process (the transformers engine on CPU)"
+        ),
         "env": {
             "torch_threads": engine.transformers.threads or "torch default",
             "NOTIFY_SOCKET": os.environ.get("NOTIFY_SOCKET"),
             "WATCHDOG_USEC": os.environ.get("WATCHDOG_USEC"),
         },
     }
-    if engine.tp > 1:
+    if engine.kind == "exllamav3":
+        plan["exllamav3"] = engine.exllamav3.model_dump(mode="json")
+    elif engine.tp > 1:
         master = fabric.address if rank == 0 else fabric.peer
         plan["rendezvous"] = f"{master}:{fabric.rendezvous_port}"
         plan["gloo_bind"] = str(fabric.address)
@@ -115,6 +121,8 @@ def run_rank(settings: Settings) -> int:
             return run_tensorfold_rank(settings, die=_die)
         except RankStartError as exc:
             raise RankError(str(exc)) from None
+    if engine.kind == "exllamav3":
+        return _run_exllamav3(settings)
     if engine.kind != "transformers":
         raise EngineUnavailable(
             f'engine.kind = {engine.kind!r} is not available yet in this build; use "transformers"'
@@ -147,6 +155,24 @@ def run_rank(settings: Settings) -> int:
         return _follow(loaded.runner, watch)
     assert http is not None
     return asyncio.run(_serve(settings, loaded.generator, watch, http))
+
+
+def _run_exllamav3(settings: Settings) -> int:
+    """The GPU engine: one process on this host; ``tp`` = local GPUs (exllamav3's own workers)."""
+    from sparkfold.engines.exllamav3_backend import Exllamav3Unavailable, PoolTooSmall, load
+
+    engine = settings.engine
+    notify(f"MAINPID={os.getpid()}", "STATUS=starting")
+    http = _listen(engine.host, engine.port)
+    notify("STATUS=loading")
+    try:
+        loaded = load(engine, on_fatal=_die)
+    except Exllamav3Unavailable as exc:
+        raise EngineUnavailable(str(exc)) from None
+    except (PoolTooSmall, FileNotFoundError, ValueError) as exc:
+        raise RankError(str(exc)) from None
+    log.info("loaded %s in %.1f s: %s", engine.model, loaded.load_s, loaded.plan)
+    return asyncio.run(_serve(settings, loaded.generator, None, http))
 
 
 def _follow(runner: Any, watch: PeerWatch | None) -> int:

@@ -46,8 +46,8 @@ def test_dry_run_text_for_rank_0(repo: Path) -> None:
     assert "http://127.0.0.1:18888/v1" in result.output and "transformers" in result.output
 
 
-def test_an_engine_kind_not_built_yet_is_one_clear_line(tmp_path: Path) -> None:
+def test_the_gpu_engine_without_cuda_is_one_clear_line(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["engine", "--config", _config(tmp_path, 0, "exllamav3")])
     assert result.exit_code == 1
-    assert "engine.kind = 'exllamav3' is not available yet" in result.output
+    assert 'engine.kind = "exllamav3" needs an NVIDIA GPU with CUDA' in result.output
     assert "Traceback" not in result.output

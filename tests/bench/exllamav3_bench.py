@@ -1,0 +1,190 @@
+"""The exllamav3 engine server against exllamav3's own generator loop, on the same model and GPU.
+
+In one run, on one converted EXL3 model:
+
+1. exllamav3 driven directly (``Generator.enqueue`` + ``iterate`` in this process, no HTTP): at 1,
+   4, 8 and 16 concurrent jobs, aggregate generated tokens/s and mean time to first token;
+2. ``sparkfold engine`` (kind exllamav3) in a child process, the same prompts as streamed
+   ``/v1/completions`` at the same concurrencies: aggregate tokens/s and mean TTFT;
+   ratio = server / direct;
+3. prefix reuse through the server: TTFT of a long prompt sent twice (speedup = first / second).
+
+Every request generates exactly ``--tokens`` tokens (``ignore_eos``), greedy.
+
+    python tests/bench/exllamav3_bench.py MODEL_DIR [--json FILE] [--tokens 128]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.gpu.gpu_engine import child_env
+from tests.integration.engine_procs import EngineProcess, free_port, wait_healthy, write_config
+
+LEVELS = (1, 4, 8, 16)
+PROMPT_WORDS = 100
+POOL_TOKENS = 65_536
+
+
+def prompts(count: int) -> list[str]:
+    rng = random.Random(0)
+    words = ["amber", "basalt", "cinder", "delta", "ember", "fjord", "granite", "harbor", "iris", "jade"]
+    return [" ".join(rng.choice(words) for _ in range(PROMPT_WORDS)) for _ in range(count)]
+
+
+def direct(model_dir: Path, tokens: int) -> dict[int, dict[str, float]]:
+    """exllamav3's own loop: one generator, jobs enqueued together, iterate until all are done."""
+    import exllamav3 as exl
+    import torch
+    from transformers import AutoTokenizer
+
+    config = exl.Config.from_directory(str(model_dir))
+    model = exl.Model.from_config(config)
+    cache = exl.Cache(model, max_num_tokens=POOL_TOKENS, max_batch_size=max(LEVELS))
+    model.load(max_batch_size=max(LEVELS))
+    generator = exl.Generator(model, cache, exl.Tokenizer.from_config(config), max_batch_size=max(LEVELS))
+    hf = AutoTokenizer.from_pretrained(str(model_dir))
+    out: dict[int, dict[str, float]] = {}
+    for level in LEVELS:
+        jobs = []
+        for i, text in enumerate(prompts(level)):
+            ids = torch.tensor([hf.encode(f"{level}-{i} {text}")], dtype=torch.long)
+            jobs.append(exl.Job(ids, max_new_tokens=tokens, sampler=exl.ArgmaxSampler(), stop_conditions=[]))
+        started = time.perf_counter()
+        first: dict[Any, float] = {}
+        generated = 0
+        generator.enqueue(jobs)
+        while generator.num_remaining_jobs():
+            for result in generator.iterate():
+                ids = result.get("token_ids")
+                if ids is not None and ids.numel():
+                    first.setdefault(result["job"], time.perf_counter() - started)
+                    generated += int(ids.numel())
+        wall = time.perf_counter() - started
+        out[level] = {"tok_s": generated / wall, "ttft_s": statistics.mean(first.values())}
+    model.unload()
+    del generator, cache, model
+    torch.cuda.empty_cache()
+    return out
+
+
+async def _stream(client: httpx.AsyncClient, prompt: str, tokens: int) -> tuple[float, int]:
+    body = {"prompt": prompt, "max_tokens": tokens, "temperature": 0, "ignore_eos": True, "stream": True}
+    started = time.perf_counter()
+    ttft = 0.0
+    count = 0
+    async with client.stream("POST", "/v1/completions", json=body) as response:
+        async for line in response.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            event = json.loads(line[6:])
+            if event.get("usage"):
+                count = int(event["usage"]["completion_tokens"])
+            elif not ttft and event.get("choices") and event["choices"][0].get("text"):
+                ttft = time.perf_counter() - started
+    return ttft, count
+
+
+async def _server_levels(url: str, tokens: int) -> dict[int, dict[str, float]]:
+    out: dict[int, dict[str, float]] = {}
+    async with httpx.AsyncClient(base_url=url, timeout=600) as client:
+        for level in LEVELS:
+            texts = [f"{level}-{i} {text}" for i, text in enumerate(prompts(level))]
+            started = time.perf_counter()
+            done = await asyncio.gather(*(_stream(client, t, tokens) for t in texts))
+            wall = time.perf_counter() - started
+            out[level] = {
+                "tok_s": sum(c for _, c in done) / wall,
+                "ttft_s": statistics.mean(t for t, _ in done),
+            }
+    return out
+
+
+def _prefix_reuse(url: str) -> dict[str, float]:
+    rng = random.Random(5)
+    text = " ".join(f"w{rng.randrange(1000)}" for _ in range(2_000))
+    with httpx.Client(base_url=url, timeout=600) as client:
+        runs = []
+        for _ in range(2):
+            body = {"prompt": text, "max_tokens": 1, "temperature": 0}
+            reply = client.post("/v1/completions", json=body).json()
+            runs.append(reply)
+    first, second = (r["tensorfold"]["prefill_s"] for r in runs)
+    return {
+        "prompt_tokens": runs[0]["usage"]["prompt_tokens"],
+        "cached_tokens": runs[1]["usage"]["prompt_tokens_details"]["cached_tokens"],
+        "first_ttft_s": first,
+        "second_ttft_s": second,
+        "speedup": first / second if second else 0.0,
+    }
+
+
+def server(model_dir: Path, tokens: int, log_dir: Path) -> dict[str, Any]:
+    port = free_port()
+    config = write_config(
+        log_dir / "bench.toml",
+        model_dir,
+        kind="exllamav3",
+        port=port,
+        served_name="glm",
+        context=16_384,
+        max_tokens=tokens,
+        parallel=max(LEVELS),
+    )
+    config.write_text(config.read_text() + f"[engine.exllamav3]\npool_tokens = {POOL_TOKENS}\n")
+    proc = EngineProcess(config, log_dir / "engine-bench.log", env=child_env())
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, proc, deadline_s=400)
+        levels = asyncio.run(_server_levels(url, tokens))
+        return {"levels": levels, "prefix_reuse": _prefix_reuse(url)}
+    finally:
+        proc.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model", type=Path)
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--tokens", type=int, default=128)
+    args = parser.parse_args()
+    log_dir = Path(tempfile.mkdtemp(prefix="exl3-bench-"))
+    if args.json:
+        log_dir = args.json.parent
+    ours = server(args.model, args.tokens, log_dir)
+    theirs = direct(args.model, args.tokens)
+    rows = []
+    print("| concurrent | direct tok/s | server tok/s | ratio | direct TTFT s | server TTFT s |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for level in LEVELS:
+        d, s = theirs[level], ours["levels"][level]
+        ratio = s["tok_s"] / d["tok_s"]
+        rows.append({"concurrent": level, "direct": d, "server": s, "ratio": ratio})
+        cells = [
+            f"{d['tok_s']:.0f}",
+            f"{s['tok_s']:.0f}",
+            f"{ratio:.2f}",
+            f"{d['ttft_s']:.3f}",
+            f"{s['ttft_s']:.3f}",
+        ]
+        print(f"| {level} | " + " | ".join(cells) + " |")
+    reuse = ours["prefix_reuse"]
+    print(f"prefix reuse: {reuse}")
+    if args.json:
+        args.json.write_text(json.dumps({"levels": rows, "prefix_reuse": reuse}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+"""Helpers of the GPU tests: an engine process on the GPU, and the numbers a run measured."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from tests.integration.engine_procs import RUNTIME, EngineProcess, free_port, wait_healthy, write_config
+
+
+class Results:
+    """Measured numbers of this run, written to ``$SPARKFOLD_GPU_OUT/gpu_results.json``."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+
+    def record(self, key: str, value: Any) -> None:
+        self.values[key] = value
+        out = os.environ.get("SPARKFOLD_GPU_OUT")
+        if out:
+            Path(out).mkdir(parents=True, exist_ok=True)
+            (Path(out) / "gpu_results.json").write_text(json.dumps(self.values, indent=2) + "\n")
+
+
+def child_env() -> dict[str, str]:
+    """The engine child keeps this process's PYTHONPATH (carried wheels, the extension build)."""
+    paths = [str(RUNTIME), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return {"PYTHONPATH": os.pathsep.join(paths)}
+
+
+def start_engine(tmp: Path, model: Path, name: str, **exllamav3: Any) -> tuple[str, EngineProcess]:
+    """``sparkfold engine`` on the GPU with these ``[engine.exllamav3]`` keys; its URL once healthy."""
+    port = free_port()
+    tp = int(exllamav3.pop("tp", 1))
+    config = write_config(
+        tmp / f"{name}.toml",
+        model,
+        kind="exllamav3",
+        port=port,
+        served_name="glm",
+        context=16_384,
+        max_tokens=64,
+        parallel=4,
+        thinking=False,
+        tp=tp,
+    )
+    if exllamav3:
+        lines = ["[engine.exllamav3]"] + [f"{key} = {json.dumps(value)}" for key, value in exllamav3.items()]
+        config.write_text(config.read_text() + "\n".join(lines) + "\n")
+    log_dir = Path(os.environ.get("SPARKFOLD_GPU_OUT") or tmp)
+    proc = EngineProcess(config, log_dir / f"engine-{name}.log", env=child_env())
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, proc, deadline_s=400)
+    except BaseException:
+        proc.stop()
+        raise
+    return url, proc

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The whole GPU run in one command, on a host with an NVIDIA GPU (see docs/gpu.md):
+#   tests/gpu/run.sh OUT_DIR
+# 1. installs carried wheels (WHEELS, default .whl/) into /tmp/site (no network needed);
+# 2. imports the carried exllamav3 extension build (EXT_DIR, default .gpu/ext/) or builds it
+#    (~300 s) and leaves the build in OUT_DIR as two parts under 16 MiB (ext.so.part-aa, -ab);
+# 3. writes the decisive tiny GLM-5.3-Flash fixture and converts it to EXL3;
+# 4. runs tests/gpu and the benchmark; logs and results land in OUT_DIR.
+# STEPS (default "tests bench") picks what step 4 runs, PYTEST_ARGS narrows the tests (-k tp2);
+# MODEL_DIR reuses a converted model; each step has its own time limit.
+set -uo pipefail
+OUT=${1:?usage: tests/gpu/run.sh OUT_DIR}
+WHEELS=${WHEELS:-.whl}
+EXT_DIR=${EXT_DIR:-.gpu/ext}
+STEPS=${STEPS:-tests bench}
+WORK=${WORK:-/tmp/sparkfold-gpu}
+mkdir -p "$OUT" "$WORK"
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} MAX_JOBS=${MAX_JOBS:-16}
+export TORCH_EXTENSIONS_DIR=$WORK/torch_extensions
+log() { echo "== $(date +%T) $*" | tee -a "$OUT/run.log"; }
+
+log "device: $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tr '\n' ' ')"
+if compgen -G "$WHEELS/*.whl" >/dev/null; then
+  log "installing carried wheels"
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    "$WHEELS"/*.whl >>"$OUT/run.log" 2>&1 || { log "wheel install failed"; exit 1; }
+fi
+export PYTHONPATH=$PWD/runtime:$PWD:/tmp/site
+if [ -f "$EXT_DIR/exllamav3_ext.so" ]; then
+  log "using the carried extension build $EXT_DIR"
+  export PYTHONPATH=$PYTHONPATH:$(cd "$EXT_DIR" && pwd)
+fi
+log "importing exllamav3 (builds its extension unless carried)"
+if ! timeout 900 python3 -c "import exllamav3, exllamav3.ext as e; print(exllamav3.__file__, e.exllamav3_ext.__file__)" \
+    >>"$OUT/ext.log" 2>&1; then
+  log "exllamav3 import failed (ext.log)"; tail -30 "$OUT/ext.log"; exit 1
+fi
+tail -1 "$OUT/ext.log" | tee -a "$OUT/run.log"
+built=$(ls "$TORCH_EXTENSIONS_DIR"/exllamav3_ext/exllamav3_ext.so 2>/dev/null || true)
+if [ -n "$built" ]; then
+  log "splitting the fresh build into $OUT (join: cat ext.so.part-* > exllamav3_ext.so)"
+  split -b 15M "$built" "$OUT/ext.so.part-"
+  sha256sum "$built" | tee "$OUT/ext.so.sha256"
+fi
+
+MODEL=${MODEL_DIR:-$WORK/tiny-glm-exl3}  # MODEL_DIR: a carried conversion (skips ~110 s)
+if [ ! -f "$MODEL/config.json" ]; then
+  log "writing and converting the decisive tiny GLM-5.3-Flash"
+  python3 -m sparkfold.testing.tiny_glm "$WORK/tiny-glm" --decisive >>"$OUT/convert.log" 2>&1 &&
+  timeout 400 python3 -m exllamav3.conversion.convert_model -i "$WORK/tiny-glm" -o "$MODEL" \
+    -w "$WORK/convert-work" -b 4 -cr 8 -cc 256 >>"$OUT/convert.log" 2>&1 ||
+    { log "conversion failed (convert.log)"; tail -30 "$OUT/convert.log"; exit 1; }
+fi
+export SPARKFOLD_EXL3_MODEL=$MODEL SPARKFOLD_GPU_OUT=$OUT
+rc=0
+for step in $STEPS; do
+  case $step in
+    tests)
+      log "tests/gpu"
+      timeout "${TEST_TIMEOUT:-420}" python3 -m pytest -p no:cacheprovider -q --timeout 300 tests/gpu ${PYTEST_ARGS:-} \
+        2>&1 | tee "$OUT/pytest.log" | tail -40 || rc=1 ;;
+    bench)
+      log "benchmark"
+      timeout "${BENCH_TIMEOUT:-240}" python3 tests/bench/exllamav3_bench.py "$MODEL" --json "$OUT/bench.json" \
+        2>&1 | tee "$OUT/bench.log" | tail -20 || rc=1 ;;
+  esac
+done
+log "done rc=$rc"
+exit $rc

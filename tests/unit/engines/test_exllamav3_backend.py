@@ -1,0 +1,390 @@
+"""The exllamav3 engine's logic without a GPU: sizing, request mapping, the engine thread (fake exllamav3)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+
+from sparkfold.config import EngineSettings, Exllamav3Settings
+from sparkfold.engines import exllamav3_backend as backend
+from sparkfold.engines.generator import CapacityError, SamplingParams
+from sparkfold.glm.grammar import allocate_bitmask
+
+GIB = 1024**3
+
+
+# --- sizing -------------------------------------------------------------------------------------
+
+
+def test_the_pool_is_free_memory_minus_weights_and_reserve_in_pages() -> None:
+    tokens = backend.plan_pool(
+        free_bytes=10 * GIB,
+        weight_bytes=4 * GIB,
+        reserve_bytes=2 * GIB,
+        bytes_per_token=1024,
+        window=10**9,
+        parallel=4,
+    )
+    assert tokens == 4 * GIB // 1024 and tokens % 256 == 0
+
+
+def test_the_pool_never_exceeds_parallel_windows() -> None:
+    tokens = backend.plan_pool(
+        free_bytes=100 * GIB, weight_bytes=0, reserve_bytes=0, bytes_per_token=1, window=1000, parallel=3
+    )
+    assert tokens == 3072  # 3000 rounded up to whole pages
+
+
+def test_no_room_is_a_clear_error_not_an_oom() -> None:
+    with pytest.raises(backend.PoolTooSmall, match="no room for a KV pool"):
+        backend.plan_pool(
+            free_bytes=5 * GIB,
+            weight_bytes=4 * GIB,
+            reserve_bytes=2 * GIB,
+            bytes_per_token=10,
+            window=10,
+            parallel=1,
+        )
+
+
+def test_a_configured_pool_that_does_not_fit_is_refused() -> None:
+    with pytest.raises(backend.PoolTooSmall, match="pool_tokens = 1048576"):
+        backend.plan_pool(
+            free_bytes=GIB,
+            weight_bytes=0,
+            reserve_bytes=0,
+            bytes_per_token=4096,
+            window=10,
+            parallel=1,
+            configured=1_048_576,
+        )
+    assert (
+        backend.plan_pool(
+            free_bytes=GIB,
+            weight_bytes=0,
+            reserve_bytes=0,
+            bytes_per_token=4096,
+            window=10,
+            parallel=1,
+            configured=2048,
+        )
+        == 2048
+    )
+
+
+def test_the_window_fits_the_pool_with_draft_headroom() -> None:
+    assert backend.request_window(1_048_576, 65_536, 4, None) == 65_531
+    assert backend.request_window(8192, 65_536, 4, 4096) == 4096
+
+
+def test_settings_validate_pages_and_one_draft_source() -> None:
+    with pytest.raises(ValueError, match="multiple of 256"):
+        Exllamav3Settings(pool_tokens=1000)
+    with pytest.raises(ValueError, match="one draft source"):
+        Exllamav3Settings(mtp=True, ngram=3)
+    with pytest.raises(ValueError, match="cpu_cache_gib"):
+        Exllamav3Settings(disk_cache_dir="/var/cache/x")
+    assert Exllamav3Settings(ngram=3).drafts and not Exllamav3Settings().drafts
+
+
+def test_cache_choice_maps_to_exllamav3_layers() -> None:
+    exl = SimpleNamespace(CacheLayer_fp16="fp16", CacheLayer_quant="quant")
+    assert backend.cache_layer(exl, "fp16") == ("fp16", {})
+    assert backend.cache_layer(exl, "q6") == ("quant", {"k_bits": 6, "v_bits": 6})
+
+
+def test_without_cuda_the_engine_says_so() -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this host has CUDA")
+    with pytest.raises(backend.Exllamav3Unavailable, match="needs an NVIDIA GPU"):
+        backend.import_exllamav3()
+
+
+# --- a fake exllamav3 -----------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class FakeJob:
+    kwargs: dict[str, Any]
+    produced: int = 0
+
+    @property
+    def prompt(self) -> list[int]:
+        return [int(t) for t in self.kwargs["input_ids"][0]]
+
+
+class FakeFilter:
+    def __init__(self, tokenizer: Any, trigger: Any, prefix: Any, eos_after: bool) -> None:
+        self.tokenizer = tokenizer
+
+
+@dataclass
+class FakeGenerator:
+    """Each job's reply: prompt[-1] + 1, + 2 …; two tokens per iterate; stop tokens end it."""
+
+    tokenizer: Any = None
+    jobs: list[FakeJob] = field(default_factory=list)
+    cancelled: list[FakeJob] = field(default_factory=list)
+    seen: list[FakeJob] = field(default_factory=list)
+    cached: int = 0
+
+    def enqueue(self, job: FakeJob) -> None:
+        if len(job.prompt) > 1000:
+            raise ValueError("job too large for the cache")
+        self.jobs.append(job)
+        self.seen.append(job)
+
+    def cancel(self, job: FakeJob) -> None:
+        self.jobs.remove(job)
+        self.cancelled.append(job)
+
+    def num_remaining_jobs(self) -> int:
+        return len(self.jobs)
+
+    def get_cache_stats(self) -> dict[str, int]:
+        return {"max_tokens": 4096, "free_tokens": 4096 - 256 * len(self.jobs), "cached_tokens": 512}
+
+    def iterate(self) -> list[dict[str, Any]]:
+        results = []
+        for job in list(self.jobs):
+            out = []
+            eos: dict[str, Any] = {}
+            for _ in range(2):
+                job.produced += 1
+                token = job.prompt[-1] + job.produced
+                if token in job.kwargs["stop_conditions"]:
+                    eos = {"eos_reason": "stop_token", "eos_triggering_token_id": token}
+                    break
+                out.append(token)
+                if job.produced >= job.kwargs["max_new_tokens"]:
+                    eos = {"eos_reason": "max_new_tokens"}
+                    break
+            result: dict[str, Any] = {"job": job, "eos": bool(eos), **eos}
+            if out:
+                result["token_ids"] = torch.tensor([out])
+            if eos:
+                result |= {
+                    "cached_tokens": self.cached,
+                    "accepted_draft_tokens": 3,
+                    "rejected_draft_tokens": 1,
+                }
+                self.jobs.remove(job)
+            results.append(result)
+        return results
+
+
+FAKE_EXL = SimpleNamespace(
+    Job=lambda **kwargs: FakeJob(kwargs),
+    ArgmaxSampler=lambda: "argmax",
+    ComboSampler=lambda **kwargs: ("combo", kwargs),
+    Filter=FakeFilter,
+)
+
+
+class Tok:
+    chat_template = None
+    eos_token = "<eos>"
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return [ord(c) for c in text]
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        return "".join(chr(i) for i in ids)
+
+
+def make(
+    parallel: int = 2, plain: bool = False
+) -> tuple[backend.Exllamav3Generator, dict[str, FakeGenerator]]:
+    fakes = {"main": FakeGenerator(cached=256)}
+    lanes = [backend.Lane("main", fakes["main"], 4096, drafts=plain)]
+    if plain:
+        fakes["plain"] = FakeGenerator()
+        lanes.append(backend.Lane("plain", fakes["plain"], 1024))
+    generator = backend.Exllamav3Generator(
+        FAKE_EXL,
+        torch,
+        lanes,
+        Tok(),
+        context_length=2048,
+        parallel=parallel,
+        eos_token_ids=frozenset({99}),
+        vocab_size=128,
+    )
+    return generator, fakes
+
+
+async def collect(
+    generator: backend.Exllamav3Generator, prompt: list[int], params: SamplingParams
+) -> list[int]:
+    return [t async for t in generator.generate(prompt, params, threading.Event())]
+
+
+def test_a_request_runs_as_an_exllamav3_job_and_reports_cache_and_drafts() -> None:
+    generator, _ = make()
+    params = SamplingParams(max_tokens=5)
+    try:
+        tokens = asyncio.run(collect(generator, [10, 20], params))
+    finally:
+        generator.close()
+    assert tokens == [21, 22, 23, 24, 25]
+    assert params.report.cached_tokens == 256 and params.report.drafted == 4 and params.report.accepted == 3
+
+
+def test_the_stop_token_exllamav3_holds_back_is_handed_to_the_server() -> None:
+    generator, _ = make()
+    try:
+        tokens = asyncio.run(collect(generator, [96], SamplingParams(max_tokens=10)))
+    finally:
+        generator.close()
+    assert tokens == [97, 98, 99]  # 99 = eos ends the reply, and the server sees it
+
+
+def test_ignore_eos_keeps_eos_out_of_the_stop_conditions() -> None:
+    assert backend.stop_ids(SamplingParams(max_tokens=1, ignore_eos=True), frozenset({99})) == []
+    params = SamplingParams(max_tokens=1, stop_token_ids=frozenset({7}))
+    assert backend.stop_ids(params, frozenset({99})) == [7, 99]
+
+
+def test_sampling_maps_to_exllamav3_samplers() -> None:
+    assert backend.sampler_for(FAKE_EXL, SamplingParams(max_tokens=1, temperature=0)) == "argmax"
+    kind, kwargs = backend.sampler_for(FAKE_EXL, SamplingParams(max_tokens=1, temperature=0.7, top_k=5))
+    assert kind == "combo" and kwargs["temperature"] == 0.7 and kwargs["top_k"] == 5
+
+
+def test_past_parallel_requests_get_capacity_errors() -> None:
+    generator, _ = make(parallel=1)
+
+    async def two() -> list[Any]:
+        return await asyncio.gather(
+            collect(generator, [1], SamplingParams(max_tokens=50)),
+            collect(generator, [2], SamplingParams(max_tokens=50)),
+            return_exceptions=True,
+        )
+
+    try:
+        outcomes = asyncio.run(two())
+    finally:
+        generator.close()
+    assert sum(isinstance(o, CapacityError) for o in outcomes) == 1
+    assert sum(isinstance(o, list) and len(o) == 50 for o in outcomes) == 1
+
+
+def test_a_job_exllamav3_refuses_fails_alone() -> None:
+    generator, _ = make()
+    try:
+        with pytest.raises(CapacityError, match="KV pool"):
+            asyncio.run(collect(generator, list(range(2000)), SamplingParams(max_tokens=5)))
+        assert asyncio.run(collect(generator, [1], SamplingParams(max_tokens=2))) == [2, 3]
+        assert generator.healthy()
+    finally:
+        generator.close()
+
+
+def test_draft_false_runs_on_the_plain_lane() -> None:
+    generator, fakes = make(plain=True)
+    try:
+        asyncio.run(collect(generator, [1], SamplingParams(max_tokens=3, draft=False)))
+        asyncio.run(collect(generator, [1], SamplingParams(max_tokens=3)))
+    finally:
+        generator.close()
+    assert [job.kwargs["max_new_tokens"] for job in fakes["plain"].seen] == [3]
+    assert len(fakes["main"].seen) == 1
+
+
+def test_a_client_that_leaves_cancels_its_job() -> None:
+    generator, fakes = make()
+
+    async def leave_early() -> None:
+        stream = generator.generate([1], SamplingParams(max_tokens=10_000), threading.Event())
+        async for _ in stream:
+            break
+        await stream.aclose()
+
+    try:
+        asyncio.run(leave_early())
+        deadline = asyncio.run(_poll(lambda: bool(fakes["main"].cancelled)))
+    finally:
+        generator.close()
+    assert deadline
+
+
+async def _poll(check: Any, seconds: float = 10) -> bool:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + seconds
+    while loop.time() < end:
+        if check():
+            return True
+        await asyncio.sleep(0.01)
+    return False
+
+
+def test_pool_stats_reach_health_and_metrics() -> None:
+    generator, _ = make()
+    try:
+        assert asyncio.run(_poll(lambda: bool(generator.pool_stats())))
+        stats = generator.pool_stats()
+        text = generator.metrics_text()
+    finally:
+        generator.close()
+    assert stats["pool_tokens"] == 4096 and stats["kept_tokens"] == 512 and stats["lanes"] == 2
+    assert "sparkfold_exllamav3_free_tokens 4096" in text
+
+
+def test_the_grammar_filter_hands_exllamav3_the_matchers_bitmask() -> None:
+    class Matcher:
+        vocab_size = 64
+        active = False
+        rolled = 0
+
+        def fill_bitmask(self, mask: torch.Tensor, index: int) -> bool:
+            if not self.active:
+                return False
+            mask.zero_()
+            mask[0, 0] = 1 << 5
+            return True
+
+        def rollback(self, count: int) -> None:
+            self.rolled += count
+
+    matcher = Matcher()
+    flt = backend.matcher_filter(FAKE_EXL, Tok(), matcher)
+    assert flt.get_next_logit_mask().eq(-1).all()  # inactive: everything allowed
+    matcher.active = True
+    mask = flt.get_next_logit_mask()
+    assert mask.shape == allocate_bitmask(64).shape and int(mask[0, 0]) == 32
+    assert flt.rollback_tokens(2) and matcher.rolled == 2 and not flt.is_completed()
+
+
+def test_engine_settings_carry_the_exllamav3_section() -> None:
+    settings = EngineSettings(model="/m", kind="exllamav3", exllamav3={"cache": "q4", "mtp": True})
+    assert settings.exllamav3.cache == "q4" and settings.exllamav3.drafts
+
+
+def test_the_server_reports_pool_and_cached_tokens() -> None:
+    from fastapi.testclient import TestClient
+
+    from sparkfold.engines.server import create_app
+    from sparkfold.engines.serving import EngineService
+
+    generator, _ = make()
+    service = EngineService(generator, served_name="glm", max_tokens=4, seed=0, thinking=False)
+    try:
+        with TestClient(create_app(service)) as http:
+            reply = http.post(
+                "/v1/completions", json={"prompt": "ab", "max_tokens": 4, "temperature": 0}
+            ).json()
+            health = http.get("/health").json()
+            metrics = http.get("/metrics").text
+    finally:
+        generator.close()
+    assert reply["usage"]["prompt_tokens_details"]["cached_tokens"] == 256
+    assert reply["tensorfold"]["cached"] == 256 and reply["tensorfold"]["accepted"] == 3
+    assert health["pool"]["pool_tokens"] == 4096 and health["cached_tokens_total"] == 256
+    assert "sparkfold_exllamav3_pool_tokens 4096" in metrics
+    assert "tensorfold:prompt_tokens_cached_total 256.0" in metrics
