@@ -18,8 +18,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
 # Until the engine and the gateway are in this checkout, the service and verify stages cannot run.
-SERVING = all((REPO / f"runtime/sparkfold/commands/{n}_cmd.py").is_file() for n in ("engine", "api"))
-SITE = ("site.yml",) if SERVING else ("site.yml", "--skip-tags", "service,verify")
+SITE = ("site.yml",)
 
 
 def timed(*args: str) -> tuple[float, str]:

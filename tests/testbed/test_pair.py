@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import httpx
 import pytest
-from testbed_kit import API, HEAD, WORKER, Run, needs_serving, ssh, unit, wait_for
+from testbed_kit import API, HEAD, WORKER, Run, ssh, unit, wait_for
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow, pytest.mark.netns]
 NODES = {"sftb-head", "sftb-worker"}
@@ -74,17 +74,14 @@ def serving(api_key: str) -> None:
     wait_for("the API to answer", lambda: chat_answers(api_key), timeout_s=600, every_s=5)
 
 
-@needs_serving
 def test_units_are_active(serving: None) -> None:
     assert _units_active()
 
 
-@needs_serving
 def test_openai_sdk_through_the_head(serving: None, api_key: str) -> None:
     assert chat_answers(api_key)
 
 
-@needs_serving
 def test_gateway_change_restarts_only_the_api(serving: None, converge: Callable[..., Run]) -> None:
     engines = {node: unit(node, "sparkfold-engine")["MainPID"] for node in (HEAD, WORKER)}
     api_before = unit(HEAD, "sparkfold-api")["MainPID"]
@@ -94,7 +91,6 @@ def test_gateway_change_restarts_only_the_api(serving: None, converge: Callable[
     converge().must_succeed()  # back to the inventory's settings
 
 
-@needs_serving
 def test_engine_change_restarts_the_worker_engine_before_the_head(
     serving: None, converge: Callable[..., Run]
 ) -> None:
@@ -105,7 +101,6 @@ def test_engine_change_restarts_the_worker_engine_before_the_head(
     converge().must_succeed()
 
 
-@needs_serving
 def test_drill_kill_the_worker_engine(serving: None, api_key: str) -> None:
     before = unit(WORKER, "sparkfold-engine")["MainPID"]
     ssh(WORKER, f"kill -9 {before}")
@@ -133,7 +128,6 @@ def _peer_lost() -> bool:
     return health.get("ok") is False and (peer_lost or engine_down)
 
 
-@needs_serving
 def test_drill_fabric_link_down(serving: None, api_key: str) -> None:
     link = ["ip", "-n", "sftb-worker", "link", "set", "sf-fabric0"]
     subprocess.run([*link, "down"], check=True)
