@@ -25,9 +25,8 @@ import importlib
 import json
 import logging
 import queue
-import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -36,12 +35,11 @@ from typing import Any
 from sparkfold.config import EngineSettings, Exllamav3Settings
 from sparkfold.engines.generator import (
     CapacityError,
-    Emit,
     EngineFailure,
     GenerationReport,
     SamplingParams,
-    stream_from_thread,
 )
+from sparkfold.engines.threaded import Job, ThreadedEngine
 
 __all__ = [
     "PAGE_TOKENS",
@@ -264,11 +262,7 @@ def job_for(
 
 
 @dataclass(eq=False)
-class _Request:
-    prompt: list[int]
-    params: SamplingParams
-    cancel: threading.Event
-    emit: Emit
+class _Request(Job):
     lane: str = ""
     job: Any = None
     last: int | None = None
@@ -290,10 +284,11 @@ class _Snapshot:
     at: float = 0.0
 
 
-class Exllamav3Generator:
+class Exllamav3Generator(ThreadedEngine[_Request]):
     """Requests in, token ids out: one engine thread drives exllamav3's generator(s)."""
 
     backend = "exllamav3"
+    job_type = _Request
 
     def __init__(
         self,
@@ -315,7 +310,6 @@ class Exllamav3Generator:
         self._torch = torch
         self._lanes = {lane.name: lane for lane in lanes}
         self._main = lanes[0]
-        self._tokenizer = tokenizer
         self.context_length = context_length
         self.parallel = parallel
         self.eos_token_ids = eos_token_ids
@@ -324,52 +318,14 @@ class Exllamav3Generator:
         self.glm = glm
         self._stop_on_loop = stop_on_loop
         self._on_fatal = on_fatal
-        self.chat_template: str | None = getattr(tokenizer, "chat_template", None)
-        self.special_tokens = {
-            name: value
-            for name in ("bos_token", "eos_token", "pad_token", "unk_token")
-            if isinstance(value := getattr(tokenizer, name, None), str)
-        }
-        self._inbox: queue.Queue[_Request | None] = queue.Queue()
         self._running: dict[Any, _Request] = {}
-        self._fatal: str | None = None
         self._snapshot = _Snapshot()
         self.totals = {"drafted": 0, "accepted": 0, "cached": 0}
-        self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
-        self._thread.start()
-
-    # --- tokenizer ------------------------------------------------------------------------------
-
-    def encode(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
-        return list(self._tokenizer.encode(text, add_special_tokens=add_special_tokens))
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return str(self._tokenizer.decode(list(ids), skip_special_tokens=False))
-
-    def token_strs(self, ids: Sequence[int]) -> list[str]:
-        return list(self._tokenizer.convert_ids_to_tokens(list(ids)))
-
-    # --- generation -----------------------------------------------------------------------------
-
-    def healthy(self) -> bool:
-        return self._fatal is None and self._thread.is_alive()
-
-    async def generate(
-        self, prompt_ids: Sequence[int], params: SamplingParams, cancel: threading.Event
-    ) -> AsyncIterator[int]:
-        if self._fatal is not None:
-            raise EngineFailure(self._fatal)
-
-        def submit(emit: Emit) -> None:
-            self._inbox.put(_Request(list(prompt_ids), params, cancel, emit))
-
-        async for token in stream_from_thread(submit, cancel):
-            yield token
+        self._start(tokenizer)
 
     def close(self) -> None:
         """Stop the engine thread (ending what still runs) and release exllamav3's workers."""
-        self._inbox.put(None)
-        self._thread.join(timeout=30)
+        super().close()
         for lane in self._lanes.values():
             closer = getattr(lane.generator, "close", None)
             if callable(closer):

@@ -17,9 +17,8 @@ import inspect
 import json
 import logging
 import queue
-import threading
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,10 +26,11 @@ from typing import Any
 import torch
 
 from sparkfold.config import EngineSettings
-from sparkfold.engines.generator import CapacityError, Emit, EngineFailure, SamplingParams, stream_from_thread
+from sparkfold.engines.generator import CapacityError, EngineFailure
 from sparkfold.engines.models import ModelSource, resolve_model
 from sparkfold.engines.sampling import sample
 from sparkfold.engines.tensor_parallel import Link, Op, Rendezvous, meet, split_mlps
+from sparkfold.engines.threaded import Job, ThreadedEngine
 
 __all__ = ["Loaded", "ModelRunner", "TransformersGenerator", "load"]
 
@@ -179,21 +179,18 @@ class ModelRunner:
 
 
 @dataclass(eq=False)
-class _Job:
-    prompt: list[int]
-    params: SamplingParams
-    cancel: threading.Event
-    emit: Emit
+class _Job(Job):
     slot: int = -1
     produced: int = 0
     last: int | None = None
     rng: torch.Generator | None = field(default=None, repr=False)
 
 
-class TransformersGenerator:
+class TransformersGenerator(ThreadedEngine[_Job]):
     """Rank 0's generator: requests in, token ids out, one engine thread."""
 
     backend = "transformers"
+    job_type = _Job
 
     def __init__(
         self,
@@ -209,56 +206,13 @@ class TransformersGenerator:
         self.tp = 2 if runner.link is not None else 1
         self.glm = glm
         """``sparkfold.glm.serving.GlmChat`` for a GLM checkpoint (the server then speaks GLM)."""
-        self._tokenizer = tokenizer
         self.context_length = context_length
         self.parallel = parallel
         self._on_fatal = on_fatal
-        self.chat_template: str | None = getattr(tokenizer, "chat_template", None)
-        self.special_tokens = {
-            name: value
-            for name in ("bos_token", "eos_token", "pad_token", "unk_token")
-            if isinstance(value := getattr(tokenizer, name, None), str)
-        }
         self.eos_token_ids = _eos_ids(runner.model, tokenizer)
         self.vocab_size = int(runner.model.get_input_embeddings().num_embeddings)
-        self._inbox: queue.Queue[_Job | None] = queue.Queue()
         self._free = list(range(parallel))
-        self._fatal: str | None = None
-        self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
-        self._thread.start()
-
-    # --- tokenizer ------------------------------------------------------------------------------
-
-    def encode(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
-        return list(self._tokenizer.encode(text, add_special_tokens=add_special_tokens))
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return str(self._tokenizer.decode(list(ids), skip_special_tokens=False))
-
-    def token_strs(self, ids: Sequence[int]) -> list[str]:
-        return list(self._tokenizer.convert_ids_to_tokens(list(ids)))
-
-    # --- generation -----------------------------------------------------------------------------
-
-    def healthy(self) -> bool:
-        return self._fatal is None and self._thread.is_alive()
-
-    async def generate(
-        self, prompt_ids: Sequence[int], params: SamplingParams, cancel: threading.Event
-    ) -> AsyncIterator[int]:
-        if self._fatal is not None:
-            raise EngineFailure(self._fatal)
-
-        def submit(emit: Emit) -> None:
-            self._inbox.put(_Job(list(prompt_ids), params, cancel, emit))
-
-        async for token in stream_from_thread(submit, cancel):
-            yield token
-
-    def close(self) -> None:
-        """Stop the engine thread (cancelling what still runs) and release rank 1."""
-        self._inbox.put(None)
-        self._thread.join(timeout=30)
+        self._start(tokenizer)
 
     # --- the engine thread ----------------------------------------------------------------------
 
