@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -10,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +106,18 @@ def wait_healthy(url: str, proc: EngineProcess, deadline_s: float = 240) -> None
             pass
         time.sleep(0.2)
     pytest.fail(f"engine not healthy after {deadline_s} s:\n{proc.output()[-3000:]}")
+
+
+@contextlib.contextmanager
+def serving(config: Path, log: Path, port: int) -> Iterator[str]:
+    """``sparkfold engine`` on ``config`` for the block: its URL once ``/health`` is ok; killed after."""
+    proc = EngineProcess(config, log)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, proc)
+        yield url
+    finally:
+        proc.stop()
 
 
 @functools.cache

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from engine_procs import EngineProcess, free_port, reference_tokens, wait_healthy, write_config
+from engine_procs import free_port, reference_tokens, serving, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -21,13 +21,8 @@ QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 def server(smol_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
     tmp = tmp_path_factory.mktemp("engine")
-    proc = EngineProcess(write_config(tmp / "sparkfold.toml", smol_dir, port=port), tmp / "engine.log")
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url, proc)
+    with serving(write_config(tmp / "sparkfold.toml", smol_dir, port=port), tmp / "engine.log", port) as url:
         yield url
-    finally:
-        proc.stop()
 
 
 @pytest.fixture

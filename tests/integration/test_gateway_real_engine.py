@@ -16,7 +16,7 @@ import anthropic
 import httpx
 import openai
 import pytest
-from engine_procs import EngineProcess, free_port, wait_healthy, write_config
+from engine_procs import free_port, serving, write_config
 from tests.fakes.harness import settings_for
 from tests.fakes.scripted_engine import ServerThread
 
@@ -32,13 +32,8 @@ def engine_url(smol_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
     directory = tmp_path_factory.mktemp("engine")
     port = free_port()
     config = write_config(directory / "sparkfold.toml", smol_dir, port=port, max_tokens=24, parallel=2)
-    process = EngineProcess(config, directory / "engine.log")
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url, process)
+    with serving(config, directory / "engine.log", port) as url:
         yield url
-    finally:
-        process.stop()
 
 
 @pytest.fixture(scope="module")

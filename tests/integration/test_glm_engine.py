@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import jsonschema
 import openai
 import pytest
-from engine_procs import EngineProcess, free_port, wait_healthy, write_config
+from engine_procs import free_port, serving, write_config
 from PIL import Image
 
 pytestmark = pytest.mark.slow
@@ -32,13 +32,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     model = write_tiny_glm(tmp / "model")
     port = free_port()
     config = write_config(tmp / "sparkfold.toml", model, port=port, served_name="glm", thinking=False)
-    proc = EngineProcess(config, tmp / "engine.log")
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url, proc)
+    with serving(config, tmp / "engine.log", port) as url:
         yield url
-    finally:
-        proc.stop()
 
 
 @pytest.fixture
