@@ -16,8 +16,20 @@
   (``id - base`` as in the real vocabulary, base = vocab − 60), sparkfold's chat template,
   ``generation_config.json`` with the GLM stop ids and ``processor_config.json``.
 
-``decisive`` scales the output head so the greedy choice wins by a wide margin (exactness tests
-that must not flip on rounding). Nothing is downloaded.
+``decisive`` (exactness tests that must not flip on rounding) makes the next token a fixed
+function of the current one, with a margin far above bf16 and 4-bit noise: embedding rows are
+scaled to RMS 1, so the residual stream stays the token's own embedding while every layer (and
+its KV cache / recurrent state) still runs; the output head is the unit embedding rows, permuted
+(:func:`successors`: cycles of ``DECISIVE_CYCLE`` ordinary tokens) and times
+``DECISIVE_HEAD_SCALE``. Control tokens get embeddings of RMS ``DECISIVE_CONTROL_RMS`` and zero
+head rows: they are never chosen, and the token after one (the first of a chat reply) is decided
+by the context, so a picture still changes a chat reply; block outputs (``o_proj``,
+``down_proj``) are scaled by ``DECISIVE_BLOCK_SCALE`` so that context clears the final norm's
+epsilon there. On CPU (transformers, float32) every ordinary position of 12 random contexts chose
+its successor by at least 19 logits (of ~30); after a control token the margin is ~0.6. The MTP
+block's ``eh_proj`` passes the next token's embedding through, so MTP drafts are right whenever
+the next token is ordinary. Without ``decisive`` (random weights) logits are near-flat: batch
+shape, drafts and tp change rounding and may flip greedy choices. Nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -33,12 +45,16 @@ import click
 from sparkfold.glm.render import default_template
 from sparkfold.glm.tokens import ENDOFTEXT, SPECIAL_TOKENS, special_token_ids
 
-__all__ = ["VOCAB_SIZE", "command", "tiny_config", "write_tiny_glm"]
+__all__ = ["SPECIAL_BASE", "VOCAB_SIZE", "command", "successors", "tiny_config", "write_tiny_glm"]
 
 VOCAB_SIZE = 1024
 SPECIAL_BASE = VOCAB_SIZE - 60  # the published vocabulary also ends 60 ids after <|endoftext|>
 HIDDEN = 256
-DECISIVE_SCALE = 40.0
+DECISIVE_BLOCK_SCALE = 10.0  # random blocks add ~1e-3 RMS; x10 still leaves >= 19 logits
+DECISIVE_HEAD_SCALE = 2.0
+DECISIVE_CONTROL_RMS = 1e-3
+DECISIVE_CYCLE = 16
+_OUTPUT_PROJECTIONS = ("o_proj.weight", "down_proj.weight", "experts.down_proj")
 
 _WORD_TEXT = """
 the of and to in is you that it he was for on are as with his they at be this have from or one had
@@ -276,6 +292,53 @@ def _mtp_block(published: dict[str, Any], layers: int, generator: Any) -> dict[s
     return block
 
 
+def successors(seed: int = 0) -> list[int]:
+    """The decisive fixture's next token of each ordinary token: cycles of ``DECISIVE_CYCLE`` ids."""
+    order = list(range(SPECIAL_BASE))
+    random.Random(seed).shuffle(order)
+    nxt = list(range(SPECIAL_BASE))
+    for start in range(0, SPECIAL_BASE, DECISIVE_CYCLE):
+        cycle = order[start : start + DECISIVE_CYCLE]
+        if len(cycle) < DECISIVE_CYCLE // 2 and start:  # a short tail joins the cycle before it
+            cycle = order[start - DECISIVE_CYCLE : start + DECISIVE_CYCLE]
+        for a, b in zip(cycle, cycle[1:] + cycle[:1], strict=True):
+            nxt[a] = b
+    return nxt
+
+
+def _make_decisive(model: Any, seed: int) -> None:
+    """Embedding-dominated residual stream and a permutation head (see the module docstring)."""
+    import torch
+
+    text = model.model.language_model
+    with torch.no_grad():
+        embed = text.embed_tokens.weight
+        embed.div_(embed.pow(2).mean(-1, keepdim=True).sqrt())
+        embed[SPECIAL_BASE:] *= DECISIVE_CONTROL_RMS
+        unit = embed[:SPECIAL_BASE] / embed[:SPECIAL_BASE].norm(dim=-1, keepdim=True)
+        head = torch.zeros_like(model.lm_head.weight)
+        head[torch.tensor(successors(seed))] = unit * DECISIVE_HEAD_SCALE
+        model.lm_head.weight.copy_(head)
+        for name, tensor in text.named_parameters():
+            if name.endswith(_OUTPUT_PROJECTIONS):
+                tensor.mul_(DECISIVE_BLOCK_SCALE)
+
+
+def _decisive_mtp(block: dict[str, Any], layers: int) -> None:
+    """The MTP block passes the next token's embedding through (``eh_proj`` = [I | 0])."""
+    import torch
+
+    target = f"model.language_model.layers.{layers}."
+    eh = block[target + "eh_proj.weight"]
+    hidden = eh.shape[0]
+    block[target + "eh_proj.weight"] = torch.cat(
+        [torch.eye(hidden), torch.zeros(hidden, hidden)], dim=1
+    ).to(eh.dtype)
+    for name, tensor in block.items():
+        if name.endswith(_OUTPUT_PROJECTIONS):
+            block[name] = (tensor.float() * DECISIVE_BLOCK_SCALE).to(tensor.dtype)
+
+
 def write_tiny_glm(directory: str | Path, *, seed: int = 0, decisive: bool = False) -> Path:
     """Write the tiny model to ``directory`` (created) and return its path."""
     import torch
@@ -289,13 +352,14 @@ def write_tiny_glm(directory: str | Path, *, seed: int = 0, decisive: bool = Fal
     model = Glm5NextForConditionalGeneration(Glm5NextConfig(**config))
     model.train(False)
     if decisive:
-        with torch.no_grad():
-            model.lm_head.weight.mul_(DECISIVE_SCALE)
+        _make_decisive(model, seed)
     state = {k: v.detach().to(torch.bfloat16) for k, v in model.state_dict().items()}
     published = _published(state, model.config.text_config)
-    published |= _mtp_block(
-        published, config["text_config"]["num_hidden_layers"], torch.Generator().manual_seed(seed)
-    )
+    layers = config["text_config"]["num_hidden_layers"]
+    mtp = _mtp_block(published, layers, torch.Generator().manual_seed(seed))
+    if decisive:
+        _decisive_mtp(mtp, layers)
+    published |= mtp
     save_file(published, str(path / "model.safetensors"), metadata={"format": "pt"})
 
     (path / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
@@ -317,7 +381,9 @@ def write_tiny_glm(directory: str | Path, *, seed: int = 0, decisive: bool = Fal
 @click.command()
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path), metavar="DIR")
 @click.option("--seed", type=int, default=0, show_default=True, help="seed of the random weights")
-@click.option("--decisive", is_flag=True, help="scale the output head so greedy choices win by a wide margin")
+@click.option(
+    "--decisive", is_flag=True, help="make each greedy choice a fixed function of the last token, by a wide margin"
+)
 def command(directory: Path, seed: int, decisive: bool) -> None:
     """Write the tiny random GLM-5.3-Flash test model to DIR."""
     click.echo(write_tiny_glm(directory, seed=seed, decisive=decisive))
