@@ -30,7 +30,9 @@ def child_env() -> dict[str, str]:
     return {"PYTHONPATH": os.pathsep.join(paths)}
 
 
-def start_engine(tmp: Path, model: Path, name: str, **exllamav3: Any) -> tuple[str, EngineProcess]:
+def start_engine(
+    tmp: Path, model: Path, name: str, *, served_name: str = "glm", parallel: int = 4, **exllamav3: Any
+) -> tuple[str, EngineProcess]:
     """``sparkfold engine`` on the GPU with these ``[engine.exllamav3]`` keys; its URL once healthy."""
     port = free_port()
     tp = int(exllamav3.pop("tp", 1))
@@ -39,10 +41,10 @@ def start_engine(tmp: Path, model: Path, name: str, **exllamav3: Any) -> tuple[s
         model,
         kind="exllamav3",
         port=port,
-        served_name="glm",
+        served_name=served_name,
         context=16_384,
         max_tokens=64,
-        parallel=4,
+        parallel=parallel,
         thinking=False,
         tp=tp,
     )

@@ -40,15 +40,18 @@ from sparkfold.engines.generator import (
     SamplingParams,
 )
 from sparkfold.engines.threaded import Job, ThreadedEngine
+from sparkfold.glm.tokens import IMAGE
 
 __all__ = [
     "PAGE_TOKENS",
     "Exllamav3Generator",
     "Exllamav3Unavailable",
     "PoolTooSmall",
+    "VisionPreprocessor",
     "import_exllamav3",
     "load",
     "plan_pool",
+    "splice_embeddings",
 ]
 
 log = logging.getLogger(__name__)
@@ -258,6 +261,52 @@ def job_for(
     return exl.Job(**kwargs)
 
 
+def splice_embeddings(prompt: Sequence[int], image_token: int, spans: Sequence[range]) -> list[int]:
+    """``prompt`` with the n-th run of ``image_token`` replaced by the n-th picture's embedding ids.
+
+    exllamav3 marks where an ``MMEmbedding`` goes by ids past the vocabulary (its
+    ``first_index`` … ``last_index``); each run of placeholders must be as long as its picture.
+    """
+    out: list[int] = []
+    runs = iter(spans)
+    i = 0
+    while i < len(prompt):
+        if prompt[i] != image_token:
+            out.append(prompt[i])
+            i += 1
+            continue
+        end = i
+        while end < len(prompt) and prompt[end] == image_token:
+            end += 1
+        span = next(runs, None)
+        if span is None or len(span) != end - i:
+            size = len(span) if span is not None else 0
+            raise ValueError(f"a picture takes {end - i} placeholder tokens, its embedding {size}")
+        out.extend(span)
+        i = end
+    if next(runs, None) is not None:
+        raise ValueError("more pictures than placeholder runs in the prompt")
+    return out
+
+
+class VisionPreprocessor:
+    """exllamav3's own picture preparation, in the shape ``sparkfold.glm.media.vision_inputs`` calls.
+
+    It only measures each picture (its patch grid, hence its token count, so the prompt gets the
+    right number of placeholders); the pictures themselves travel in ``prefill_inputs`` and the
+    engine thread runs the vision tower on them (:meth:`Exllamav3Generator._embed_pictures`).
+    """
+
+    def __init__(self, vision_model: Any, torch: Any) -> None:
+        self._vision = vision_model
+        self._torch = torch
+        self.merge_size = int(vision_model.config.vision.spatial_merge_size)
+
+    def __call__(self, images: Sequence[Any], **_: Any) -> dict[str, Any]:
+        grids = [list(self._vision.preprocess(image)[2]) for image in images]
+        return {"pixel_values": list(images), "image_grid_thw": self._torch.tensor(grids)}
+
+
 # --- the generator ------------------------------------------------------------------------------
 
 
@@ -304,9 +353,12 @@ class Exllamav3Generator(ThreadedEngine[_Request]):
         tp: int = 1,
         stop_on_loop: bool = False,
         glm: Any = None,
+        vision: Any = None,
         on_fatal: Callable[[str], None] | None = None,
     ) -> None:
         self._exl = exl
+        self._vision = vision
+        self._image_token = tokenizer.convert_tokens_to_ids(IMAGE) if vision is not None else None
         self._torch = torch
         self._lanes = {lane.name: lane for lane in lanes}
         self._main = lanes[0]
@@ -424,15 +476,21 @@ class Exllamav3Generator(ThreadedEngine[_Request]):
             lane = self._lanes["plain"]
         request.lane = lane.name
         try:
+            prompt, embeddings = self._embed_pictures(request)
+        except Exception as exc:  # the vision tower failed on this request's pictures
+            log.warning("pictures refused: %s", exc)
+            request.emit(EngineFailure(f"the pictures could not be read: {exc}"))
+            return True
+        try:
             request.job = job_for(
                 self._exl,
                 self._torch,
-                request.prompt,
+                prompt,
                 request.params,
                 eos_token_ids=self.eos_token_ids,
                 tokenizer=lane.generator.tokenizer,
                 stop_on_loop=self._stop_on_loop,
-                embeddings=_embeddings(request.params),
+                embeddings=embeddings,
             )
             lane.generator.enqueue(request.job)
         except Exception as exc:  # a job exllamav3 refuses (too large): this request only
@@ -441,6 +499,18 @@ class Exllamav3Generator(ThreadedEngine[_Request]):
             return True
         self._running[request.job] = request
         return True
+
+    def _embed_pictures(self, request: _Request) -> tuple[Sequence[int], list[Any] | None]:
+        """The prompt with picture embedding ids spliced in, and the ``MMEmbedding``s (vision tower)."""
+        images = (request.params.prefill_inputs or {}).get("pixel_values")
+        if not images:
+            return request.prompt, None
+        if self._vision is None:
+            raise ValueError("this engine has no vision tower")
+        tokenizer = self._main.generator.tokenizer
+        embeddings = [self._vision.get_image_embeddings(tokenizer, image) for image in images]
+        spans = [range(e.first_index, e.last_index) for e in embeddings]
+        return splice_embeddings(request.prompt, self._image_token, spans), embeddings
 
     def _cancel_left(self) -> None:
         for job, request in list(self._running.items()):
@@ -488,13 +558,6 @@ class Exllamav3Generator(ThreadedEngine[_Request]):
                 queued.emit(EngineFailure(message))
         if self._on_fatal is not None:
             self._on_fatal(message)
-
-
-def _embeddings(params: SamplingParams) -> list[Any] | None:
-    """exllamav3 ``MMEmbedding``s that the GLM preparation put into ``prefill_inputs`` (pictures)."""
-    inputs = params.prefill_inputs or {}
-    found = inputs.get("exllamav3_embeddings")
-    return list(found) if found else None
 
 
 # --- loading ------------------------------------------------------------------------------------
@@ -551,7 +614,9 @@ def _draft_size(settings: Exllamav3Settings, draft_model: Any) -> int:
     return 4 if settings.ngram else 0
 
 
-def _glm_chat(settings: EngineSettings, directory: Path, tokenizer: Any, vocab_size: int) -> Any:
+def _glm_chat(
+    settings: EngineSettings, directory: Path, tokenizer: Any, vocab_size: int, preprocessor: Any = None
+) -> Any:
     from sparkfold.glm.media import MediaLimits
     from sparkfold.glm.serving import GlmChat, is_glm_model
 
@@ -562,7 +627,8 @@ def _glm_chat(settings: EngineSettings, directory: Path, tokenizer: Any, vocab_s
         tokenizer,
         model_dir=directory,
         vocab_size=vocab_size,
-        has_vision=False,  # pictures through MMEmbedding: not wired yet (see docs/gpu.md)
+        image_processor=preprocessor,
+        has_vision=preprocessor is not None,
         limits=MediaLimits.from_settings(settings.media),
         default_thinking=settings.thinking,
         model_name=settings.served_name,
@@ -595,6 +661,12 @@ def load(settings: EngineSettings, on_fatal: Callable[[str], None] | None = None
     elif x.drafter != "none":
         draft_dirs.append(Path(x.drafter))
         draft_model = exl.Model.from_config(exl.Config.from_directory(x.drafter))
+    vision_model = None
+    if "vision" in config.model_classes and devices == 1:  # tp > 1: pictures are refused (serving)
+        vision_model = exl.Model.from_config(config, component="vision")
+        pp = config.vision_pp
+        if pp.max_image_tokens:
+            pp.max_image_tokens = min(pp.max_image_tokens, settings.media.max_image_tokens)
     layer_type, layer_kwargs = cache_layer(exl, x.cache)
     per_token = _bytes_per_token(exl, model, layer_type, layer_kwargs)
     if draft_model is not None:
@@ -656,6 +728,8 @@ def load(settings: EngineSettings, on_fatal: Callable[[str], None] | None = None
     if draft_model is not None:
         draft_model.load(**load_args)
     model.load(tensor_p=devices > 1, draft_model=draft_model, **load_args)
+    if vision_model is not None:
+        vision_model.load(device="cuda:0")
     exl_tokenizer = exl.Tokenizer.from_config(config)
     tokenizer = AutoTokenizer.from_pretrained(str(directory))
     common = {
@@ -707,7 +781,14 @@ def load(settings: EngineSettings, on_fatal: Callable[[str], None] | None = None
         vocab_size=vocab_size,
         tp=devices,
         stop_on_loop=x.stop_on_loop,
-        glm=_glm_chat(settings, directory, tokenizer, vocab_size),
+        glm=_glm_chat(
+            settings,
+            directory,
+            tokenizer,
+            vocab_size,
+            VisionPreprocessor(vision_model, torch) if vision_model is not None else None,
+        ),
+        vision=vision_model,
         on_fatal=on_fatal,
     )
     plan = {

@@ -45,7 +45,7 @@ import click
 from sparkfold.glm.render import default_template
 from sparkfold.glm.tokens import ENDOFTEXT, SPECIAL_TOKENS, special_token_ids
 
-__all__ = ["SPECIAL_BASE", "VOCAB_SIZE", "command", "successors", "tiny_config", "write_tiny_glm"]
+__all__ = ["SIZES", "SPECIAL_BASE", "VOCAB_SIZE", "command", "successors", "tiny_config", "write_tiny_glm"]
 
 VOCAB_SIZE = 1024
 SPECIAL_BASE = VOCAB_SIZE - 60  # the published vocabulary also ends 60 ids after <|endoftext|>
@@ -114,31 +114,48 @@ def _tokenizer(seed: int) -> Any:
     return wrapped
 
 
-def tiny_config() -> dict[str, Any]:
+SIZES: dict[str, dict[str, int]] = {
+    "tiny": {"hidden": HIDDEN, "layers": 4, "heads": 2, "intermediate": 256, "lora": 128, "dense_layers": 1},
+    "bench": {
+        "hidden": 4096,
+        "layers": 8,
+        "heads": 32,
+        "intermediate": 16384,
+        "lora": 1024,
+        "dense_layers": 8,
+    },
+}
+"""``bench``: ~2.1B parameters (8 layers, hidden 4096, dense MLPs; 4.3 GB in bf16, served as is,
+unconverted), so that a decoding step is mostly GPU work rather than Python (benchmarks);
+``tiny``: seconds to write and convert (tests)."""
+
+
+def tiny_config(size: str = "tiny") -> dict[str, Any]:
     """``config.json`` of the tiny model, in the published checkpoints' spelling."""
     ids = special_token_ids(SPECIAL_BASE)
-    layers = 4
+    dims = SIZES[size]
+    layers = dims["layers"]
     text = {
         "model_type": "glm5_next_text",
         "vocab_size": VOCAB_SIZE,
-        "hidden_size": HIDDEN,
-        "intermediate_size": 256,
+        "hidden_size": dims["hidden"],
+        "intermediate_size": dims["intermediate"],
         "moe_intermediate_size": 128,
         "num_hidden_layers": layers,
-        "num_attention_heads": 2,
-        "num_key_value_heads": 2,
-        "layer_types": ["linear_attention"] * 3 + ["deepseek_sparse_attention"],
-        "mlp_layer_types": ["dense"] + ["sparse"] * (layers - 1),
-        "first_k_dense_replace": 1,
+        "num_attention_heads": dims["heads"],
+        "num_key_value_heads": dims["heads"],
+        "layer_types": (["linear_attention"] * 3 + ["deepseek_sparse_attention"]) * (layers // 4),
+        "mlp_layer_types": ["dense"] * dims["dense_layers"] + ["sparse"] * (layers - dims["dense_layers"]),
+        "first_k_dense_replace": dims["dense_layers"],
         "indexer_types": ["full"] * layers,
         "linear_attn_config": {
-            "num_heads": 2,
+            "num_heads": dims["heads"],
             "head_dim": 128,
             "short_conv_kernel_size": 4,
             "gate_lower_bound": -5.0,
         },
-        "q_lora_rank": 128,
-        "kv_lora_rank": 128,
+        "q_lora_rank": dims["lora"],
+        "kv_lora_rank": dims["lora"],
         "qk_nope_head_dim": 128,
         "qk_rope_head_dim": 0,
         "v_head_dim": 128,
@@ -163,7 +180,7 @@ def tiny_config() -> dict[str, Any]:
         "hc_mult": 4,
         "hc_eps": 1e-6,
         "hc_sinkhorn_iters": 20,
-        "num_nextn_predict_layers": 1,
+        "num_nextn_predict_layers": 1 if size == "tiny" else 0,
         "max_position_embeddings": 1_048_576,
         "rms_norm_eps": 1e-5,
         "tie_word_embeddings": False,
@@ -177,7 +194,7 @@ def tiny_config() -> dict[str, Any]:
         "hidden_size": 128,
         "num_heads": 2,
         "intermediate_size": 256,
-        "out_hidden_size": HIDDEN,
+        "out_hidden_size": dims["hidden"],
         "projection_intermediate_size": 256,
         "hidden_act": "silu",
         "attention_bias": True,
@@ -331,15 +348,17 @@ def _decisive_mtp(block: dict[str, Any], layers: int) -> None:
     target = f"model.language_model.layers.{layers}."
     eh = block[target + "eh_proj.weight"]
     hidden = eh.shape[0]
-    block[target + "eh_proj.weight"] = torch.cat(
-        [torch.eye(hidden), torch.zeros(hidden, hidden)], dim=1
-    ).to(eh.dtype)
+    block[target + "eh_proj.weight"] = torch.cat([torch.eye(hidden), torch.zeros(hidden, hidden)], dim=1).to(
+        eh.dtype
+    )
     for name, tensor in block.items():
         if name.endswith(_OUTPUT_PROJECTIONS):
             block[name] = (tensor.float() * DECISIVE_BLOCK_SCALE).to(tensor.dtype)
 
 
-def write_tiny_glm(directory: str | Path, *, seed: int = 0, decisive: bool = False) -> Path:
+def write_tiny_glm(
+    directory: str | Path, *, seed: int = 0, decisive: bool = False, size: str = "tiny"
+) -> Path:
     """Write the tiny model to ``directory`` (created) and return its path."""
     import torch
     from safetensors.torch import save_file
@@ -347,19 +366,22 @@ def write_tiny_glm(directory: str | Path, *, seed: int = 0, decisive: bool = Fal
 
     path = Path(directory)
     path.mkdir(parents=True, exist_ok=True)
-    config = tiny_config()
+    config = tiny_config(size)
     torch.manual_seed(seed)
-    model = Glm5NextForConditionalGeneration(Glm5NextConfig(**config))
+    device = "cuda" if size != "tiny" and torch.cuda.is_available() else "cpu"  # bench: fast init
+    with torch.device(device):
+        model = Glm5NextForConditionalGeneration(Glm5NextConfig(**config))
     model.train(False)
     if decisive:
         _make_decisive(model, seed)
-    state = {k: v.detach().to(torch.bfloat16) for k, v in model.state_dict().items()}
+    state = {k: v.detach().to(torch.bfloat16).cpu() for k, v in model.state_dict().items()}
     published = _published(state, model.config.text_config)
     layers = config["text_config"]["num_hidden_layers"]
-    mtp = _mtp_block(published, layers, torch.Generator().manual_seed(seed))
-    if decisive:
-        _decisive_mtp(mtp, layers)
-    published |= mtp
+    if config["text_config"]["num_nextn_predict_layers"]:
+        mtp = _mtp_block(published, layers, torch.Generator().manual_seed(seed))
+        if decisive:
+            _decisive_mtp(mtp, layers)
+        published |= mtp
     save_file(published, str(path / "model.safetensors"), metadata={"format": "pt"})
 
     (path / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
@@ -381,12 +403,17 @@ def write_tiny_glm(directory: str | Path, *, seed: int = 0, decisive: bool = Fal
 @click.command()
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path), metavar="DIR")
 @click.option("--seed", type=int, default=0, show_default=True, help="seed of the random weights")
+@click.option("--decisive", is_flag=True, help="each greedy choice a fixed function of the last token")
 @click.option(
-    "--decisive", is_flag=True, help="make each greedy choice a fixed function of the last token, by a wide margin"
+    "--size",
+    type=click.Choice(sorted(SIZES)),
+    default="tiny",
+    show_default=True,
+    help="tiny (tests) or bench (~2.1B parameters, dense MLPs: the GPU is the bottleneck)",
 )
-def command(directory: Path, seed: int, decisive: bool) -> None:
+def command(directory: Path, seed: int, decisive: bool, size: str) -> None:
     """Write the tiny random GLM-5.3-Flash test model to DIR."""
-    click.echo(write_tiny_glm(directory, seed=seed, decisive=decisive))
+    click.echo(write_tiny_glm(directory, seed=seed, decisive=decisive, size=size))
 
 
 if __name__ == "__main__":

@@ -388,3 +388,67 @@ def test_the_server_reports_pool_and_cached_tokens() -> None:
     assert health["pool"]["pool_tokens"] == 4096 and health["cached_tokens_total"] == 256
     assert "sparkfold_exllamav3_pool_tokens 4096" in metrics
     assert "tensorfold:prompt_tokens_cached_total 256.0" in metrics
+
+
+# --- pictures -------------------------------------------------------------------------------------
+
+
+def test_each_placeholder_run_becomes_its_pictures_embedding_ids() -> None:
+    prompt = [1, 7, 7, 2, 7, 7, 7, 3]
+    spliced = backend.splice_embeddings(prompt, 7, [range(100, 102), range(200, 203)])
+    assert spliced == [1, 100, 101, 2, 200, 201, 202, 3]
+
+
+@pytest.mark.parametrize(
+    "spans", [[range(100, 101), range(200, 203)], [range(100, 102)], [range(0, 2), range(5, 8), range(9, 10)]]
+)
+def test_a_picture_whose_size_does_not_match_its_placeholders_is_refused(spans: list[range]) -> None:
+    with pytest.raises(ValueError):
+        backend.splice_embeddings([1, 7, 7, 2, 7, 7, 7, 3], 7, spans)
+
+
+class FakeVision:
+    """A vision tower: each picture (an int here) becomes an embedding of that many rows."""
+
+    def __init__(self) -> None:
+        self.next_index = 1_000_000_000
+        self.config = SimpleNamespace(vision=SimpleNamespace(spatial_merge_size=2))
+
+    def preprocess(self, image: int) -> tuple[None, None, tuple[int, int, int]]:
+        return None, None, (1, 2, 2 * image)
+
+    def get_image_embeddings(self, tokenizer: Any, image: int) -> SimpleNamespace:
+        first = self.next_index
+        self.next_index += image
+        return SimpleNamespace(first_index=first, last_index=first + image)
+
+
+class PictureTok(Tok):
+    def convert_tokens_to_ids(self, token: str) -> int:
+        return 7
+
+
+def test_pictures_reach_the_job_as_embeddings_spliced_into_the_prompt() -> None:
+    fake = FakeGenerator()
+    vision = FakeVision()
+    generator = backend.Exllamav3Generator(
+        FAKE_EXL,
+        torch,
+        [backend.Lane("main", fake, 4096)],
+        PictureTok(),
+        context_length=2048,
+        parallel=2,
+        eos_token_ids=frozenset({99}),
+        vocab_size=128,
+        vision=vision,
+    )
+    measured = backend.VisionPreprocessor(vision, torch)([3])
+    assert measured["image_grid_thw"].tolist() == [[1, 2, 6]] and measured["pixel_values"] == [3]
+    try:
+        params = SamplingParams(max_tokens=2, temperature=0.0, prefill_inputs={"pixel_values": [3]})
+        asyncio.run(collect(generator, [1, 7, 7, 7, 2], params))
+    finally:
+        generator.close()
+    job = fake.seen[0]
+    assert job.prompt == [1, 1_000_000_000, 1_000_000_001, 1_000_000_002, 2]
+    assert [e.first_index for e in job.kwargs["embeddings"]] == [1_000_000_000]
