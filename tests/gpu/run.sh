@@ -6,13 +6,14 @@
 #    (~300 s) and leaves the build in OUT_DIR as two parts under 16 MiB (ext.so.part-aa, -ab);
 # 3. writes the decisive tiny GLM-5.3-Flash fixture and converts it to EXL3;
 # 4. runs tests/gpu and the benchmark; logs and results land in OUT_DIR.
-# STEPS (default "tests bench") picks what step 4 runs, PYTEST_ARGS narrows the tests (-k tp2);
-# MODEL_DIR reuses a converted model; each step has its own time limit.
+# STEPS (default "tests bench bench-large") picks what step 4 runs, PYTEST_ARGS narrows the tests
+# (-k tp2); MODEL_DIR reuses a converted model; each step has its own time limit. bench-large
+# writes the ~2.1B bench-size fixture on the GPU and benchmarks it unconverted (bf16).
 set -uo pipefail
 OUT=${1:?usage: tests/gpu/run.sh OUT_DIR}
 WHEELS=${WHEELS:-.whl}
 EXT_DIR=${EXT_DIR:-.gpu/ext}
-STEPS=${STEPS:-tests bench}
+STEPS=${STEPS:-tests bench bench-large}
 WORK=${WORK:-/tmp/sparkfold-gpu}
 mkdir -p "$OUT" "$WORK"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -64,6 +65,14 @@ for step in $STEPS; do
       log "benchmark"
       timeout "${BENCH_TIMEOUT:-240}" python3 tests/bench/exllamav3_bench.py "$MODEL" --json "$OUT/bench.json" \
         2>&1 | tee "$OUT/bench.log" | tail -20 || rc=1 ;;
+    bench-large)
+      log "writing the bench-size fixture (bf16, on the GPU)"
+      LARGE=$WORK/bench-glm
+      [ -f "$LARGE/config.json" ] || timeout 200 python3 -m sparkfold.testing.tiny_glm "$LARGE" --size bench \
+        >>"$OUT/bench-large.log" 2>&1 || { log "writing it failed (bench-large.log)"; rc=1; continue; }
+      log "benchmark, bench-size fixture"
+      timeout "${BENCH_LARGE_TIMEOUT:-240}" python3 tests/bench/exllamav3_bench.py "$LARGE" \
+        --json "$OUT/bench-large.json" 2>&1 | tee -a "$OUT/bench-large.log" | tail -20 || rc=1 ;;
   esac
 done
 log "done rc=$rc"

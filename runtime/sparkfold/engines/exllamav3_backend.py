@@ -522,23 +522,25 @@ class Exllamav3Generator(ThreadedEngine[_Request]):
         request = self._running.get(result.get("job"))
         if request is None:
             return
+        done = bool(result.get("eos"))
+        if done:  # before the last tokens: the server may end the reply on its own count of them
+            report: GenerationReport = request.params.report
+            report.cached_tokens = int(result.get("cached_tokens", 0))
+            report.accepted = int(result.get("accepted_draft_tokens", 0))
+            report.drafted = report.accepted + int(result.get("rejected_draft_tokens", 0))
+            self.totals["cached"] += report.cached_tokens
+            self.totals["drafted"] += report.drafted
+            self.totals["accepted"] += report.accepted
         ids = result.get("token_ids")
         if ids is not None:
             for token in ids.flatten().tolist():
                 request.last = int(token)
                 request.emit(int(token))
-        if not result.get("eos"):
+        if not done:
             return
         stop = result.get("eos_triggering_token_id")
         if result.get("eos_reason") == "stop_token" and stop is not None and request.last != stop:
             request.emit(int(stop))  # exllamav3 holds the stop token back; the server ends on it
-        report: GenerationReport = request.params.report
-        report.cached_tokens = int(result.get("cached_tokens", 0))
-        report.accepted = int(result.get("accepted_draft_tokens", 0))
-        report.drafted = report.accepted + int(result.get("rejected_draft_tokens", 0))
-        self.totals["cached"] += report.cached_tokens
-        self.totals["drafted"] += report.drafted
-        self.totals["accepted"] += report.accepted
         self._end(request, None)
 
     def _end(self, request: _Request, error: BaseException | None) -> None:

@@ -133,6 +133,12 @@ class GlmChat:
         if parts:
             if self.image_processor is None:
                 raise MediaError(f"{self.model_name} has no image processor", param=parts[0].param)
+            video = next((p for p in parts if p.kind == "video"), None)
+            if video is not None and self.video_processor is None:  # refuse before decoding anything
+                raise MediaError(
+                    f"this engine cannot read video for {self.model_name}; remove the video_url parts",
+                    param=video.param,
+                )
             media = load_media(parts, self.limits)
             turn.prompt, turn.vision = vision_inputs(
                 rendered.text,

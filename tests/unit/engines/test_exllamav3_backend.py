@@ -301,7 +301,8 @@ def test_a_client_that_leaves_cancels_its_job() -> None:
     generator, fakes = make()
 
     async def leave_early() -> None:
-        stream = generator.generate([1], SamplingParams(max_tokens=10_000), threading.Event())
+        # from 100 up the fake never reaches the stop id 99: only the cancel can end the job
+        stream = generator.generate([100], SamplingParams(max_tokens=10_000), threading.Event())
         async for _ in stream:
             break
         await stream.aclose()

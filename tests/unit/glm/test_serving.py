@@ -99,6 +99,11 @@ def test_prepare_refuses_what_it_cannot_serve(chat: GlmChat, tokenizer: Any) -> 
     blind = GlmChat(tokenizer, has_vision=False, model_name="SmolLM2")
     with pytest.raises(MediaError, match="SmolLM2 has no vision tower"):
         blind.prepare(request(messages=[picture()]))
+    video = {"type": "video_url", "video_url": {"url": "data:video/mp4;base64,AA"}}
+    clip = {"role": "user", "content": [video]}
+    with pytest.raises(MediaError, match="cannot read video") as refused:  # before any decoding
+        chat.prepare(request(messages=[clip]))
+    assert refused.value.param == "messages[0].content[0]"
 
 
 def test_glm_models_are_recognised() -> None:
