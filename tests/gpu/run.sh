@@ -6,9 +6,10 @@
 #    (~300 s) and leaves the build in OUT_DIR as two parts under 16 MiB (ext.so.part-aa, -ab);
 # 3. writes the decisive tiny GLM-5.3-Flash fixture and converts it to EXL3;
 # 4. runs tests/gpu and the benchmark; logs and results land in OUT_DIR.
-# STEPS (default "tests bench bench-large") picks what step 4 runs, PYTEST_ARGS narrows the tests
-# (-k tp2); MODEL_DIR reuses a converted model; each step has its own time limit. bench-large
-# writes the ~2.1B bench-size fixture on the GPU and benchmarks it unconverted (bf16).
+# STEPS (default "tests bench bench-large") picks what step 4 runs, PYTEST_K narrows the tests
+# (a -k expression: "tp2 or video"), PYTEST_ARGS adds pytest options; MODEL_DIR reuses a
+# converted model; each step has its own time limit. bench-large writes the ~2.1B bench-size
+# fixture on the GPU and benchmarks it unconverted (bf16).
 set -uo pipefail
 OUT=${1:?usage: tests/gpu/run.sh OUT_DIR}
 WHEELS=${WHEELS:-.whl}
@@ -59,7 +60,7 @@ for step in $STEPS; do
   case $step in
     tests)
       log "tests/gpu"
-      timeout "${TEST_TIMEOUT:-420}" python3 -m pytest -p no:cacheprovider -q --timeout 300 tests/gpu ${PYTEST_ARGS:-} \
+      timeout "${TEST_TIMEOUT:-420}" python3 -m pytest -p no:cacheprovider -q --timeout 300 tests/gpu ${PYTEST_K:+-k "$PYTEST_K"} ${PYTEST_ARGS:-} \
         2>&1 | tee "$OUT/pytest.log" | tail -40 || rc=1 ;;
     bench)
       log "benchmark"
