@@ -12,11 +12,11 @@ turns (server, direct, server, direct … at each level), so both see the same G
 
 Before its first measured round at a level, each side runs one short warm-up round at that
 level (first-use allocations and kernel choices are not what is measured); then ``--rounds``
-measured rounds each, and the best round of each side counts. Every prompt is new (no prefix
+measured rounds each, taking turns; each side's median tokens/s and median TTFT count. Every prompt is new (no prefix
 reuse between rounds). Every request generates exactly ``--tokens`` tokens (``ignore_eos``),
 greedy.
 
-    python tests/bench/exllamav3_bench.py MODEL_DIR [--json FILE] [--tokens 128] [--rounds 2]
+    python tests/bench/exllamav3_bench.py MODEL_DIR [--json FILE] [--tokens 128] [--rounds 4]
 """
 
 from __future__ import annotations
@@ -126,6 +126,10 @@ async def _server_round(url: str, texts: list[str], tokens: int) -> dict[str, fl
     return {"tok_s": sum(c for _, c in done) / wall, "ttft_s": statistics.mean(t for t, _ in done)}
 
 
+def _median(rounds: list[dict[str, float]]) -> dict[str, float]:
+    return {key: statistics.median(r[key] for r in rounds) for key in ("tok_s", "ttft_s")}
+
+
 def levels(url: str, direct: Direct, tokens: int, rounds: int) -> dict[int, dict[str, Any]]:
     """Both sides at every level: a warm-up round each, then ``rounds`` measured rounds in turns."""
     out: dict[int, dict[str, Any]] = {}
@@ -136,7 +140,7 @@ def levels(url: str, direct: Direct, tokens: int, rounds: int) -> dict[int, dict
         for r in range(rounds):
             runs["server"].append(asyncio.run(_server_round(url, prompts(level, f"s{level}-{r}"), tokens)))
             runs["direct"].append(direct.round(prompts(level, f"d{level}-{r}"), tokens))
-        out[level] = {side: max(rs, key=lambda x: x["tok_s"]) for side, rs in runs.items()}
+        out[level] = {side: _median(rs) for side, rs in runs.items()}
         out[level]["rounds"] = runs
     return out
 
@@ -189,7 +193,7 @@ def main() -> None:
     parser.add_argument("model", type=Path)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--tokens", type=int, default=128)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=4)
     args = parser.parse_args()
     log_dir = Path(tempfile.mkdtemp(prefix="exl3-bench-"))
     if args.json:
