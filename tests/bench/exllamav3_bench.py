@@ -12,9 +12,9 @@ turns (server, direct, server, direct … at each level), so both see the same G
 
 Before its first measured round at a level, each side runs one short warm-up round at that
 level (first-use allocations and kernel choices are not what is measured); then ``--rounds``
-measured rounds each, taking turns; each side's median tokens/s and median TTFT count. Every prompt is new (no prefix
-reuse between rounds). Every request generates exactly ``--tokens`` tokens (``ignore_eos``),
-greedy.
+measured rounds each, taking turns; each side's median tokens/s and median TTFT count. Every
+prompt is new (no prefix reuse between rounds). Every request generates exactly ``--tokens``
+tokens (``ignore_eos``), greedy.
 
     python tests/bench/exllamav3_bench.py MODEL_DIR [--json FILE] [--tokens 128] [--rounds 4]
 """
