@@ -358,7 +358,9 @@ class Exllamav3Generator(ThreadedEngine[_Request]):
     ) -> None:
         self._exl = exl
         self._vision = vision
-        self._image_token = tokenizer.convert_tokens_to_ids(IMAGE) if vision is not None else None
+        self._image_token: int | None = None
+        if vision is not None:
+            self._image_token = int(tokenizer.convert_tokens_to_ids(IMAGE))
         self._torch = torch
         self._lanes = {lane.name: lane for lane in lanes}
         self._main = lanes[0]
@@ -505,7 +507,7 @@ class Exllamav3Generator(ThreadedEngine[_Request]):
         images = (request.params.prefill_inputs or {}).get("pixel_values")
         if not images:
             return request.prompt, None
-        if self._vision is None:
+        if self._vision is None or self._image_token is None:
             raise ValueError("this engine has no vision tower")
         tokenizer = self._main.generator.tokenizer
         embeddings = [self._vision.get_image_embeddings(tokenizer, image) for image in images]
