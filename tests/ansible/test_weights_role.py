@@ -118,7 +118,9 @@ def play(repo: Path, head: Path, *args: str) -> subprocess.CompletedProcess[str]
         "playbooks/weights.yml",
         *args,
     ]
-    return subprocess.run(argv, cwd=repo, env=environ, capture_output=True, text=True, timeout=300, check=False)
+    return subprocess.run(
+        argv, cwd=repo, env=environ, capture_output=True, text=True, timeout=300, check=False
+    )
 
 
 def recap(result: subprocess.CompletedProcess[str]) -> dict[str, int]:
@@ -136,7 +138,10 @@ def test_hub_source_fetches_both_pins_converges_and_never_shows_the_token(
 ) -> None:
     first = play(repo, head)
     assert first.returncode == 0, first.stdout + first.stderr
-    for repo_id, commit, files in ((MODEL, MODEL_COMMIT, MODEL_FILES), (DRAFTER, DRAFTER_COMMIT, DRAFTER_FILES)):
+    for repo_id, commit, files in (
+        (MODEL, MODEL_COMMIT, MODEL_FILES),
+        (DRAFTER, DRAFTER_COMMIT, DRAFTER_FILES),
+    ):
         folder = store(head, repo_id, commit)
         assert {p: (folder / p).read_bytes() for p in files} == files
         assert Path(f"{folder}.manifest.json").is_file()
