@@ -120,6 +120,8 @@ def test_example_inventory_renders_a_valid_pair(repo: Path, tmp_path: Path) -> N
     assert (head.fabric.address, head.fabric.peer) == (worker.fabric.peer, worker.fabric.address)
     assert str(head.fabric.address) == "192.0.2.1" and head.engine.kind == "tensorfold"
     assert engine_fingerprint(head) == engine_fingerprint(worker)
+    # One folder per pinned commit (weights.yml), as examples/spark-pair/ writes it out.
+    assert head.engine.model == load(repo / "examples/spark-pair/head.toml").engine.model
     engine_unit = (tmp_path / "spark-head/sparkfold-engine.service").read_text()
     assert "Type=notify" in engine_unit and "NotifyAccess=main" in engine_unit
     assert "Restart=on-failure" in engine_unit
