@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
+from local_head import write_inventory
 
 BIN = Path(sys.executable).parent
 IMAGE = "sparkfold-tensorfold:v0.6.0"
@@ -45,31 +45,12 @@ def tensorfold(tmp_path: Path) -> tuple[Path, str]:
 @pytest.fixture
 def pair(tmp_path: Path, tensorfold: tuple[Path, str]) -> Path:
     """A one-node inventory (the head, local connection, tp 1) with its own cache folder."""
-    inventory = {
-        "sparkfold_nodes": {
-            "children": {
-                "sparkfold_head": {
-                    "hosts": {
-                        "h1": {
-                            "ansible_connection": "local",
-                            "ansible_python_interpreter": sys.executable,
-                            "sparkfold_fabric_address": "203.0.113.1",
-                        }
-                    }
-                },
-                "sparkfold_worker": {"hosts": {}},
-            },
-            "vars": {
-                "sparkfold_engine": "tensorfold",
-                "sparkfold_engine_tp": 1,
-                "sparkfold_cache_dir": str(tmp_path / "cache"),
-                "sparkfold_control_dir": str(tmp_path / "control"),
-                "sparkfold_image_tensorfold_repo": str(tensorfold[0]),
-                "sparkfold_image_tensorfold_commit": tensorfold[1],
-            },
-        }
-    }
-    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
+    write_inventory(
+        tmp_path,
+        sparkfold_cache_dir=str(tmp_path / "cache"),
+        sparkfold_image_tensorfold_repo=str(tensorfold[0]),
+        sparkfold_image_tensorfold_commit=tensorfold[1],
+    )
     (tmp_path / "docker").mkdir()
     return tmp_path
 

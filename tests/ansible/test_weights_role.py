@@ -22,6 +22,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fakes"))
 from fake_hub import FakeHub, FakeRepo
+from local_head import write_inventory
 
 BIN = Path(sys.executable).parent
 MODEL, DRAFTER = "acme/glm-tiny", "acme/glm-tiny-drafter"
@@ -58,41 +59,22 @@ def head(tmp_path: Path, repo: Path, hub: FakeHub) -> Path:
         "-c 'from sparkfold.cli import main; main()' \"$@\"\n"
     )
     (venv_bin / "sparkfold").chmod(0o755)
-    inventory = {
-        "sparkfold_nodes": {
-            "children": {
-                "sparkfold_head": {
-                    "hosts": {
-                        "h1": {
-                            "ansible_connection": "local",
-                            "ansible_python_interpreter": sys.executable,
-                            "sparkfold_fabric_address": "203.0.113.1",
-                        }
-                    }
-                },
-                "sparkfold_worker": {"hosts": {}},
-            },
-            "vars": {
-                "sparkfold_engine": "tensorfold",
-                "sparkfold_engine_tp": 1,
-                "sparkfold_install_dir": str(tmp_path / "install"),
-                "sparkfold_state_dir": str(tmp_path / "state"),
-                "sparkfold_config_dir": str(tmp_path / "etc"),
-                "sparkfold_control_dir": str(tmp_path / "control"),
-                "sparkfold_model_name": f"{MODEL}/{MODEL_COMMIT}",
-                "sparkfold_weights_source": "hub",
-                "sparkfold_weights_hub_repo": MODEL,
-                "sparkfold_weights_hub_revision": MODEL_COMMIT,
-                "sparkfold_weights_hub_drafter_repo": DRAFTER,
-                "sparkfold_weights_hub_drafter_revision": DRAFTER_COMMIT,
-                "sparkfold_weights_hub_endpoint": hub.url,
-                "sparkfold_weights_hub_token": "{{ vault_sparkfold_hf_token }}",
-                "sparkfold_weights_hub_poll_s": 1,
-                "sparkfold_weights_reserve_gib": 0,
-            },
-        }
-    }
-    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
+    write_inventory(
+        tmp_path,
+        sparkfold_install_dir=str(tmp_path / "install"),
+        sparkfold_state_dir=str(tmp_path / "state"),
+        sparkfold_config_dir=str(tmp_path / "etc"),
+        sparkfold_model_name=f"{MODEL}/{MODEL_COMMIT}",
+        sparkfold_weights_source="hub",
+        sparkfold_weights_hub_repo=MODEL,
+        sparkfold_weights_hub_revision=MODEL_COMMIT,
+        sparkfold_weights_hub_drafter_repo=DRAFTER,
+        sparkfold_weights_hub_drafter_revision=DRAFTER_COMMIT,
+        sparkfold_weights_hub_endpoint=hub.url,
+        sparkfold_weights_hub_token="{{ vault_sparkfold_hf_token }}",
+        sparkfold_weights_hub_poll_s=1,
+        sparkfold_weights_reserve_gib=0,
+    )
     (tmp_path / "vault.yml").write_text(yaml.safe_dump({"vault_sparkfold_hf_token": TOKEN}))
     (tmp_path / "calls").mkdir()
     return tmp_path
