@@ -1,7 +1,9 @@
 """The image and weights stages on the testbed with ``sparkfold_engine: tensorfold`` selected.
 
 The nspawn nodes have no Docker and no Hub: a check run of both stages passes, and every task that
-would need Docker or the Hub is skipped with its reason stated. Then a fake ``docker`` (images are
+would need Docker or the Hub is skipped with its reason stated. The fake Hub, served on the control
+host's testbed bridge address, proves the Hub source end to end: the head fetches, the worker gets
+the files over the fabric link and the head's manifest. Then a fake ``docker`` (images are
 files holding their series label; ``save``/``load`` move them) on both nodes proves the head -> worker
 image copy over the fabric link: the worker gets the head's image, a re-run copies nothing, and a
 worker image with another label is replaced. Runs after test_pair.py, on the same converged pair.
@@ -9,7 +11,9 @@ worker image with another label is replaced. Runs after test_pair.py, on the sam
 
 from __future__ import annotations
 
+import hashlib
 import json
+import random
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,6 +23,9 @@ from typing import Any
 import pytest
 import yaml
 from testbed_kit import HEAD, REPO, WORKER, Run, play, ssh, wait_for
+
+sys.path.insert(0, str(REPO / "tests/fakes"))
+from fake_hub import FakeHub, FakeRepo
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow, pytest.mark.netns]
 NODES = {"sftb-head", "sftb-worker"}
@@ -45,6 +52,56 @@ def test_check_mode_of_image_and_weights_states_what_it_skips(first_converge: Ru
     weights = play(artifacts / "tf-check-weights", "playbooks/weights.yml", extravars=TENSORFOLD, check=True)
     changed_nothing(weights)
     assert "no Hugging Face Hub task runs" in " ".join(weights.output.split())
+
+
+def engines_active() -> None:
+    """A weights or image change restarts the engines: leave the pair running for what comes next."""
+    wait_for(
+        "both engine units active again",
+        lambda: (
+            ssh(HEAD, "systemctl is-active sparkfold-engine", check=False) == "active"
+            and ssh(WORKER, "systemctl is-active sparkfold-engine", check=False) == "active"
+        ),
+        timeout_s=600,
+        every_s=3,
+    )
+
+
+def test_hub_weights_reach_the_worker_over_the_fabric(first_converge: Run, artifacts: Path) -> None:
+    first_converge.must_succeed()
+    repo_id, commit = "acme/tiny-glm", "fedcba9876543210fedcba9876543210fedcba98"
+    rng = random.Random(3)
+    files = {"config.json": b"{}\n", "model.safetensors": rng.randbytes(150_000)}
+    store = f"/var/lib/sparkfold/models/{repo_id}/{commit}"
+    # The control host's address on the testbed bridge: the nodes reach it over their management link.
+    with FakeHub(
+        FakeRepo(repo_id, files, commit=commit), host="198.51.100.1", cdn_host="198.51.100.1"
+    ) as hub:
+        extravars = {
+            **TENSORFOLD,
+            "sparkfold_weights_source": "hub",
+            "sparkfold_weights_hub_repo": repo_id,
+            "sparkfold_weights_hub_revision": commit,
+            "sparkfold_weights_hub_endpoint": hub.url,
+            "sparkfold_weights_hub_poll_s": 1,
+            "sparkfold_model_name": f"{repo_id}/{commit}",
+        }
+        try:
+            fetched = play(artifacts / "tf-hub", "playbooks/weights.yml", extravars=extravars).must_succeed()
+            assert fetched.changed.get("sftb-worker", 0) > 0
+            expected = {path: hashlib.sha256(data).hexdigest() for path, data in files.items()}
+            for node in (HEAD, WORKER):
+                sums = ssh(node, f"cd {store} && sha256sum {' '.join(sorted(files))}").splitlines()
+                assert {line.split()[1]: line.split()[0] for line in sums} == expected
+            assert ssh(WORKER, f"cat {store}.manifest.json") == ssh(HEAD, f"cat {store}.manifest.json")
+            assert ssh(WORKER, f"test -e {store}/.cache/huggingface || echo none") == "none"  # the head's bookkeeping
+            asked = len(hub.requests)
+            changed_nothing(play(artifacts / "tf-hub-again", "playbooks/weights.yml", extravars=extravars))
+            assert len(hub.requests) == asked
+        finally:
+            for node in (HEAD, WORKER):
+                ssh(node, f"rm -rf /var/lib/sparkfold/models/{repo_id.split('/')[0]}", check=False)
+            engines_active()
 
 
 def series_hash() -> str:
