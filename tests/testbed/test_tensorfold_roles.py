@@ -32,6 +32,7 @@ NODES = {"sftb-head", "sftb-worker"}
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 IMAGE_FILE = "/var/lib/fake-docker/image-sparkfold-tensorfold_v0.6.0"
 TENSORFOLD: dict[str, Any] = {"sparkfold_engine": "tensorfold"}
+CDN = "sftb-cdn.test"  # RFC 2606 name, in the head's /etc/hosts for the Hub test only
 
 
 def changed_nothing(run: Run) -> None:
@@ -74,9 +75,9 @@ def test_hub_weights_reach_the_worker_over_the_fabric(first_converge: Run, artif
     files = {"config.json": b"{}\n", "model.safetensors": rng.randbytes(150_000)}
     store = f"/var/lib/sparkfold/models/{repo_id}/{commit}"
     # The control host's address on the testbed bridge: the nodes reach it over their management link.
-    with FakeHub(
-        FakeRepo(repo_id, files, commit=commit), host="198.51.100.1", cdn_host="198.51.100.1"
-    ) as hub:
+    # The CDN is the same server under another name (huggingface_hub follows redirects on one host).
+    ssh(HEAD, f"echo '198.51.100.1 {CDN}' >> /etc/hosts")
+    with FakeHub(FakeRepo(repo_id, files, commit=commit), host="198.51.100.1", cdn_host=CDN) as hub:
         extravars = {
             **TENSORFOLD,
             "sparkfold_weights_source": "hub",
@@ -94,13 +95,16 @@ def test_hub_weights_reach_the_worker_over_the_fabric(first_converge: Run, artif
                 sums = ssh(node, f"cd {store} && sha256sum {' '.join(sorted(files))}").splitlines()
                 assert {line.split()[1]: line.split()[0] for line in sums} == expected
             assert ssh(WORKER, f"cat {store}.manifest.json") == ssh(HEAD, f"cat {store}.manifest.json")
-            assert ssh(WORKER, f"test -e {store}/.cache/huggingface || echo none") == "none"  # the head's bookkeeping
+            assert (
+                ssh(WORKER, f"test -e {store}/.cache/huggingface || echo none") == "none"
+            )  # the head's bookkeeping
             asked = len(hub.requests)
             changed_nothing(play(artifacts / "tf-hub-again", "playbooks/weights.yml", extravars=extravars))
             assert len(hub.requests) == asked
         finally:
             for node in (HEAD, WORKER):
                 ssh(node, f"rm -rf /var/lib/sparkfold/models/{repo_id.split('/')[0]}", check=False)
+            ssh(HEAD, f"sed -i '/ {CDN}$/d' /etc/hosts", check=False)
             engines_active()
 
 
