@@ -33,6 +33,13 @@ def test_ansible_lint_production_profile_is_clean(repo: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def render_example(repo: Path, folder: Path) -> None:
+    """What the example inventory renders (sparkfold.toml and the units), per host under ``folder``."""
+    args = ["-i", "inventory/example", "tests/ansible/render.yml", "-e", f"render_dir={folder}"]
+    result = ansible(repo, "ansible-playbook", *args)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 @pytest.mark.parametrize("inventory", ["inventory/example", "inventory/testbed"])
 @pytest.mark.parametrize(
     "playbook", ["site.yml", *(f"playbooks/{s}.yml" for s in [*STAGES, "testbed", "teardown"])]
@@ -103,16 +110,7 @@ def test_testbed_uses_only_its_documentation_ranges(repo: Path) -> None:
 
 
 def test_example_inventory_renders_a_valid_pair(repo: Path, tmp_path: Path) -> None:
-    result = ansible(
-        repo,
-        "ansible-playbook",
-        "-i",
-        "inventory/example",
-        "tests/ansible/render.yml",
-        "-e",
-        f"render_dir={tmp_path}",
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    render_example(repo, tmp_path)
     head, worker = (
         load(tmp_path / "spark-head/sparkfold.toml"),
         load(tmp_path / "spark-worker/sparkfold.toml"),
@@ -132,16 +130,7 @@ def test_example_inventory_renders_a_valid_pair(repo: Path, tmp_path: Path) -> N
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="needs systemd-analyze")
 def test_rendered_units_pass_systemd_analyze_verify(repo: Path, tmp_path: Path) -> None:
-    result = ansible(
-        repo,
-        "ansible-playbook",
-        "-i",
-        "inventory/example",
-        "tests/ansible/render.yml",
-        "-e",
-        f"render_dir={tmp_path}",
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    render_example(repo, tmp_path)
     for unit in ("sparkfold-engine.service", "sparkfold-api.service"):
         check = subprocess.run(
             ["systemd-analyze", "verify", "--man=no", str(tmp_path / "spark-head" / unit)],
@@ -173,16 +162,7 @@ def exposure(unit: Path) -> float:
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="needs systemd-analyze")
 def test_units_keep_their_hardening(repo: Path, tmp_path: Path) -> None:
-    result = ansible(
-        repo,
-        "ansible-playbook",
-        "-i",
-        "inventory/example",
-        "tests/ansible/render.yml",
-        "-e",
-        f"render_dir={tmp_path}",
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    render_example(repo, tmp_path)
     units = {
         name: tmp_path / "spark-head" / f"{name}.service" for name in ("sparkfold-api", "sparkfold-engine")
     }

@@ -132,16 +132,7 @@ def fake_docker(first_converge: Run) -> Iterator[None]:
     finally:
         for node in (HEAD, WORKER):
             ssh(node, "rm -rf /usr/local/bin/docker /var/lib/fake-docker", check=False)
-        # The copy notified the engine restart: leave the pair serving for whatever runs next.
-        wait_for(
-            "both engine units active again",
-            lambda: (
-                ssh(HEAD, "systemctl is-active sparkfold-engine", check=False) == "active"
-                and ssh(WORKER, "systemctl is-active sparkfold-engine", check=False) == "active"
-            ),
-            timeout_s=600,
-            every_s=3,
-        )
+        engines_active()
 
 
 def loads(node: str) -> int:
