@@ -11,6 +11,7 @@ call):
 
 The CDN is the same server reached as ``localhost`` instead of ``127.0.0.1``: another host, as on the
 real Hub, so huggingface_hub does not follow the redirect on HEAD and drops the token on the download.
+``host`` and ``cdn_host`` serve it elsewhere (the testbed's bridge address, for its nodes).
 
 Faults, set on the :class:`FakeHub` between requests: ``cut_once[path] = n`` sends only n bytes of
 that file's next download, then closes the connection; ``stall_once[path] = n`` sends n bytes, then
@@ -68,7 +69,7 @@ class FakeRepo:
 
 
 class FakeHub:
-    def __init__(self, *repos: FakeRepo) -> None:
+    def __init__(self, *repos: FakeRepo, host: str = "127.0.0.1", cdn_host: str = "localhost") -> None:
         self.repos = {r.repo_id: r for r in repos}
         self.cut_once: dict[str, int] = {}
         self.stall_once: dict[str, int] = {}
@@ -77,10 +78,11 @@ class FakeHub:
         self.fail_get: set[str] = set()
         self.plain_resolve: set[str] = set()
         self.requests: list[tuple[str, str, str | None, str | None]] = []
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self._server = ThreadingHTTPServer((host, 0), _handler(self))
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"http://{host}:{self.port}"
+        self.cdn = f"http://{cdn_host}:{self.port}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     def __enter__(self) -> FakeHub:
@@ -197,7 +199,7 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 return self._content(path, repo.files[path], head=head, headers=headers)
             sha = sibling["lfs"]["sha256"]
             self.send_response(302)
-            self.send_header("Location", f"http://localhost:{hub.port}/cdn/{sha}")
+            self.send_header("Location", f"{hub.cdn}/cdn/{sha}")
             self.send_header("ETag", f'"{sibling["blobId"]}"')
             self.send_header("X-Linked-Etag", f'"{sha}"')
             self.send_header("X-Linked-Size", str(len(repo.files[path])))

@@ -76,8 +76,8 @@ def play(
     return Run(result.status, result.rc, result.stats or {}, wall, output)
 
 
-def ssh(address: str, command: str, *, check: bool = True) -> str:
-    """Run ``command`` as root on a testbed node; return stdout."""
+def ssh(address: str, command: str, *, check: bool = True, stdin: str | None = None) -> str:
+    """Run ``command`` as root on a testbed node (``stdin`` fed to it); return stdout."""
     argv = [
         "ssh",
         "-i",
@@ -93,7 +93,7 @@ def ssh(address: str, command: str, *, check: bool = True) -> str:
         f"root@{address}",
         command,
     ]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=120, check=False)
     if check:
         assert done.returncode == 0, f"{command} on {address}: {done.stderr}"
     return done.stdout.strip()

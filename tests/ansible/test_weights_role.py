@@ -1,0 +1,168 @@
+"""The sparkfold_weights role's Hub source on this host (the head, local connection) against the fake
+Hub on loopback: fetch the pinned model and a gated drafter, never show the token, converge, plan in
+check mode, repair a lost file, and stop in words on a pin the Hub does not have.
+
+The head -> worker copy of the same stores is the testbed's (tests/testbed): it is the same tasks
+whatever the source.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fakes"))
+from fake_hub import FakeHub, FakeRepo
+from local_head import write_inventory
+
+BIN = Path(sys.executable).parent
+MODEL, DRAFTER = "acme/glm-tiny", "acme/glm-tiny-drafter"
+MODEL_COMMIT = "0123456789abcdef0123456789abcdef01234567"
+DRAFTER_COMMIT = "89abcdef0123456789abcdef0123456789abcdef"
+TOKEN = "hf_role_SECRET_token_1234"
+rng = random.Random(5)
+MODEL_FILES = {
+    "config.json": b'{"model_type": "glm"}\n',
+    "model-00001-of-00002.safetensors": rng.randbytes(200_000),
+    "model-00002-of-00002.safetensors": rng.randbytes(100_000),
+}
+DRAFTER_FILES = {"config.json": b"{}\n", "model.safetensors": rng.randbytes(50_000)}
+
+
+@pytest.fixture
+def hub() -> Iterator[FakeHub]:
+    repos = (
+        FakeRepo(MODEL, MODEL_FILES, commit=MODEL_COMMIT),
+        FakeRepo(DRAFTER, DRAFTER_FILES, commit=DRAFTER_COMMIT, token=TOKEN),  # gated
+    )
+    with FakeHub(*repos) as running:
+        yield running
+
+
+@pytest.fixture
+def head(tmp_path: Path, repo: Path, hub: FakeHub) -> Path:
+    """A one-node inventory (the head, local connection, tp 1) with its own folders, and a
+    ``sparkfold`` in its install dir that runs this checkout's package."""
+    venv_bin = tmp_path / "install/venv/bin"
+    venv_bin.mkdir(parents=True)
+    (venv_bin / "sparkfold").write_text(
+        f"#!/bin/sh\nPYTHONPATH={repo / 'runtime'} exec {sys.executable} "
+        "-c 'from sparkfold.cli import main; main()' \"$@\"\n"
+    )
+    (venv_bin / "sparkfold").chmod(0o755)
+    write_inventory(
+        tmp_path,
+        sparkfold_install_dir=str(tmp_path / "install"),
+        sparkfold_state_dir=str(tmp_path / "state"),
+        sparkfold_config_dir=str(tmp_path / "etc"),
+        sparkfold_model_name=f"{MODEL}/{MODEL_COMMIT}",
+        sparkfold_weights_source="hub",
+        sparkfold_weights_hub_repo=MODEL,
+        sparkfold_weights_hub_revision=MODEL_COMMIT,
+        sparkfold_weights_hub_drafter_repo=DRAFTER,
+        sparkfold_weights_hub_drafter_revision=DRAFTER_COMMIT,
+        sparkfold_weights_hub_endpoint=hub.url,
+        sparkfold_weights_hub_token="{{ vault_sparkfold_hf_token }}",
+        sparkfold_weights_hub_poll_s=1,
+        sparkfold_weights_reserve_gib=0,
+    )
+    (tmp_path / "vault.yml").write_text(yaml.safe_dump({"vault_sparkfold_hf_token": TOKEN}))
+    (tmp_path / "calls").mkdir()
+    return tmp_path
+
+
+def play(repo: Path, head: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    environ = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(repo / "ansible.cfg"),
+        "ANSIBLE_NOCOLOR": "1",
+        "PATH": f"{repo / 'tests/ansible/fakes'}:{BIN}:{os.environ['PATH']}",
+        "FAKE_DOCKER_DIR": str(head / "calls"),  # where the fake systemctl records the restart
+        "HF_HOME": str(head / "hf-home"),
+    }
+    environ.pop("HF_HUB_OFFLINE", None)
+    environ.pop("HF_TOKEN", None)
+    argv = [
+        str(BIN / "ansible-playbook"),
+        "-i",
+        str(head / "hosts.yml"),
+        "-e",
+        f"@{head / 'vault.yml'}",
+        "playbooks/weights.yml",
+        *args,
+    ]
+    return subprocess.run(
+        argv, cwd=repo, env=environ, capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+def recap(result: subprocess.CompletedProcess[str]) -> dict[str, int]:
+    line = next(line for line in result.stdout.splitlines() if line.startswith("h1 ") and "ok=" in line)
+    return {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", line)}
+
+
+def store(head: Path, repo_id: str, commit: str) -> Path:
+    return head / "state/models" / repo_id / commit
+
+
+@pytest.mark.slow
+def test_hub_source_fetches_both_pins_converges_and_never_shows_the_token(
+    repo: Path, head: Path, hub: FakeHub
+) -> None:
+    first = play(repo, head)
+    assert first.returncode == 0, first.stdout + first.stderr
+    for repo_id, commit, files in (
+        (MODEL, MODEL_COMMIT, MODEL_FILES),
+        (DRAFTER, DRAFTER_COMMIT, DRAFTER_FILES),
+    ):
+        folder = store(head, repo_id, commit)
+        assert {p: (folder / p).read_bytes() for p in files} == files
+        assert Path(f"{folder}.manifest.json").is_file()
+        assert "download:" in Path(f"{folder}.fetch.log").read_text()  # progress, kept for the operator
+    assert f"model {MODEL}@{MODEL_COMMIT}: downloaded 3 of 3 files" in " ".join(first.stdout.split())
+    assert "try-restart sparkfold-engine.service" in (head / "calls/calls").read_text()
+    token_file = head / "etc/hf-token"
+    assert token_file.read_text().strip() == TOKEN and stat.S_IMODE(token_file.stat().st_mode) == 0o600
+    assert TOKEN not in first.stdout + first.stderr
+    assert any(auth == f"Bearer {TOKEN}" for *_, auth in hub.requests)  # the gated drafter needed it
+
+    asked = len(hub.requests)
+    again = play(repo, head)
+    assert again.returncode == 0 and recap(again)["changed"] == 0, again.stdout
+    assert len(hub.requests) == asked, "a complete store is not fetched again (the Hub is not asked)"
+    assert TOKEN not in again.stdout + again.stderr
+
+
+@pytest.mark.slow
+def test_check_mode_plans_a_missing_file_and_a_run_repairs_it(repo: Path, head: Path) -> None:
+    assert play(repo, head).returncode == 0
+    lost = store(head, MODEL, MODEL_COMMIT) / "model-00002-of-00002.safetensors"
+    lost.unlink()
+
+    check = play(repo, head, "--check")
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert recap(check)["changed"] > 0
+    assert not lost.exists(), "a check run downloads nothing"
+
+    repair = play(repo, head)
+    assert repair.returncode == 0, repair.stdout + repair.stderr
+    assert lost.read_bytes() == MODEL_FILES["model-00002-of-00002.safetensors"]
+    assert "downloaded 1 of 3 files" in " ".join(repair.stdout.split())
+
+
+@pytest.mark.slow
+def test_a_pin_the_hub_does_not_have_stops_in_words(repo: Path, head: Path) -> None:
+    wrong = "f" * 40
+    failed = play(repo, head, "-e", f"sparkfold_weights_hub_revision={wrong}")
+    assert failed.returncode != 0
+    assert f"fetching {MODEL}@{wrong}" in failed.stdout
+    assert "check the pinned commit" in failed.stdout

@@ -1,0 +1,169 @@
+"""The image and weights stages on the testbed with ``sparkfold_engine: tensorfold`` selected.
+
+The nspawn nodes have no Docker and no Hub: a check run of both stages passes, and every task that
+would need Docker or the Hub is skipped with its reason stated. The fake Hub, served on the control
+host's testbed bridge address, proves the Hub source end to end: the head fetches, the worker gets
+the files over the fabric link and the head's manifest. Then a fake ``docker`` (images are
+files holding their series label; ``save``/``load`` move them) on both nodes proves the head -> worker
+image copy over the fabric link: the worker gets the head's image, a re-run copies nothing, and a
+worker image with another label is replaced. Runs after test_pair.py, on the same converged pair.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from testbed_kit import HEAD, REPO, WORKER, Run, play, ssh, wait_for
+
+sys.path.insert(0, str(REPO / "tests/fakes"))
+from fake_hub import FakeHub, FakeRepo
+
+pytestmark = [pytest.mark.testbed, pytest.mark.slow, pytest.mark.netns]
+NODES = {"sftb-head", "sftb-worker"}
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+IMAGE_FILE = "/var/lib/fake-docker/image-sparkfold-tensorfold_v0.6.0"
+TENSORFOLD: dict[str, Any] = {"sparkfold_engine": "tensorfold"}
+CDN = "sftb-cdn.test"  # RFC 2606 name, in the head's /etc/hosts for the Hub test only
+
+
+def changed_nothing(run: Run) -> None:
+    run.must_succeed()
+    assert set(run.stats.get("ok", {})) == NODES
+    assert sum(run.changed.values()) == 0, f"changed: {run.changed}"
+
+
+def test_check_mode_of_image_and_weights_states_what_it_skips(first_converge: Run, artifacts: Path) -> None:
+    first_converge.must_succeed()
+    image = play(artifacts / "tf-check-image", "playbooks/image.yml", extravars=TENSORFOLD, check=True)
+    changed_nothing(image)
+    words = " ".join(image.output.split())
+    for node in NODES:
+        assert f"SKIPPED on {node}: no working Docker" in words
+    assert "SKIPPED: v0.6.0 is not resolved: sftb-head has no working Docker" in words
+
+    weights = play(artifacts / "tf-check-weights", "playbooks/weights.yml", extravars=TENSORFOLD, check=True)
+    changed_nothing(weights)
+    assert "no Hugging Face Hub task runs" in " ".join(weights.output.split())
+
+
+def engines_active() -> None:
+    """A weights or image change restarts the engines: leave the pair running for what comes next."""
+    wait_for(
+        "both engine units active again",
+        lambda: (
+            ssh(HEAD, "systemctl is-active sparkfold-engine", check=False) == "active"
+            and ssh(WORKER, "systemctl is-active sparkfold-engine", check=False) == "active"
+        ),
+        timeout_s=600,
+        every_s=3,
+    )
+
+
+def test_hub_weights_reach_the_worker_over_the_fabric(first_converge: Run, artifacts: Path) -> None:
+    first_converge.must_succeed()
+    repo_id, commit = "acme/tiny-glm", "fedcba9876543210fedcba9876543210fedcba98"
+    rng = random.Random(3)
+    files = {"config.json": b"{}\n", "model.safetensors": rng.randbytes(150_000)}
+    store = f"/var/lib/sparkfold/models/{repo_id}/{commit}"
+    # The control host's address on the testbed bridge: the nodes reach it over their management link.
+    # The CDN is the same server under another name (huggingface_hub follows redirects on one host).
+    ssh(HEAD, f"echo '198.51.100.1 {CDN}' >> /etc/hosts")
+    with FakeHub(FakeRepo(repo_id, files, commit=commit), host="198.51.100.1", cdn_host=CDN) as hub:
+        extravars = {
+            **TENSORFOLD,
+            "sparkfold_weights_source": "hub",
+            "sparkfold_weights_hub_repo": repo_id,
+            "sparkfold_weights_hub_revision": commit,
+            "sparkfold_weights_hub_endpoint": hub.url,
+            "sparkfold_weights_hub_poll_s": 1,
+            "sparkfold_model_name": f"{repo_id}/{commit}",
+        }
+        try:
+            fetched = play(artifacts / "tf-hub", "playbooks/weights.yml", extravars=extravars).must_succeed()
+            assert fetched.changed.get("sftb-worker", 0) > 0
+            expected = {path: hashlib.sha256(data).hexdigest() for path, data in files.items()}
+            for node in (HEAD, WORKER):
+                sums = ssh(node, f"cd {store} && sha256sum {' '.join(sorted(files))}").splitlines()
+                assert {line.split()[1]: line.split()[0] for line in sums} == expected
+            assert ssh(WORKER, f"cat {store}.manifest.json") == ssh(HEAD, f"cat {store}.manifest.json")
+            assert (
+                ssh(WORKER, f"test -e {store}/.cache/huggingface || echo none") == "none"
+            )  # the head's bookkeeping
+            asked = len(hub.requests)
+            changed_nothing(play(artifacts / "tf-hub-again", "playbooks/weights.yml", extravars=extravars))
+            assert len(hub.requests) == asked
+        finally:
+            for node in (HEAD, WORKER):
+                ssh(node, f"rm -rf /var/lib/sparkfold/models/{repo_id.split('/')[0]}", check=False)
+            ssh(HEAD, f"sed -i '/ {CDN}$/d' /etc/hosts", check=False)
+            engines_active()
+
+
+def series_hash() -> str:
+    """What the image role computes for the role defaults at COMMIT (sparkfold image hash)."""
+    defaults = yaml.safe_load((REPO / "roles/sparkfold_image/defaults/main.yml").read_text())
+    argv = [sys.executable, "-c", "from sparkfold.cli import main; main()", "image", "hash", "--json"]
+    argv += ["--series", str(REPO / "patches/tensorfold/v0.6.0/series")]
+    argv += ["--base", defaults["sparkfold_image_base"], "--ref", f"v0.6.0@{COMMIT}"]
+    argv += [f"--extra={extra}" for extra in defaults["sparkfold_image_extras"]]
+    done = subprocess.run(
+        argv, capture_output=True, text=True, check=True, env={"PYTHONPATH": str(REPO / "runtime")}
+    )
+    return str(json.loads(done.stdout)["hash"])
+
+
+@pytest.fixture
+def fake_docker(first_converge: Run) -> Iterator[None]:
+    first_converge.must_succeed()
+    fake = (REPO / "tests/ansible/fakes/docker").read_text()
+    for node in (HEAD, WORKER):
+        ssh(node, "cat > /usr/local/bin/docker && chmod 755 /usr/local/bin/docker", stdin=fake)
+    try:
+        yield
+    finally:
+        for node in (HEAD, WORKER):
+            ssh(node, "rm -rf /usr/local/bin/docker /var/lib/fake-docker", check=False)
+        engines_active()
+
+
+def loads(node: str) -> int:
+    calls = ssh(node, "cat /var/lib/fake-docker/calls", check=False)
+    return sum(line == "load" for line in calls.splitlines())
+
+
+def test_worker_receives_the_head_image_over_the_fabric_once(fake_docker: None, artifacts: Path) -> None:
+    label = series_hash()
+    ssh(HEAD, f"mkdir -p /var/lib/fake-docker && echo {label} > {IMAGE_FILE}")
+    extravars = {
+        **TENSORFOLD,
+        "sparkfold_image_tensorfold_commit": COMMIT,
+        "sparkfold_image_docker_required": True,
+    }
+
+    copy = play(artifacts / "tf-image-copy", "playbooks/image.yml", extravars=extravars).must_succeed()
+    assert copy.changed.get("sftb-worker", 0) > 0
+    assert "build" not in ssh(HEAD, "cut -d' ' -f1 /var/lib/fake-docker/calls").split(), (
+        "the head's image was current"
+    )
+    assert ssh(WORKER, f"cat {IMAGE_FILE}") == label
+    assert loads(WORKER) == 1
+    # Over the link: the worker accepts the head's key from the head's fabric address only.
+    keys = ssh(WORKER, "grep 'command=\"docker load\"' /root/.ssh/authorized_keys")
+    assert keys.startswith('restrict,from="203.0.113.1",command="docker load" ssh-ed25519 ')
+
+    changed_nothing(play(artifacts / "tf-image-again", "playbooks/image.yml", extravars=extravars))
+    assert loads(WORKER) == 1
+
+    ssh(WORKER, f"echo {'0' * 64} > {IMAGE_FILE}")  # another series on the worker
+    play(artifacts / "tf-image-differs", "playbooks/image.yml", extravars=extravars).must_succeed()
+    assert ssh(WORKER, f"cat {IMAGE_FILE}") == label
+    assert loads(WORKER) == 2
