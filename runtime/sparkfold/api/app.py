@@ -1,7 +1,8 @@
 """Compose the gateway: serving objects, routers, and the middleware stack around them.
 
 :func:`create_app` builds everything from :class:`~sparkfold.config.Settings` and returns an
-:class:`App` (an ASGI application). ``transport`` replaces the network to the engine in tests.
+:class:`App` (an ASGI application). ``connect`` replaces the network to the engine in tests (see
+:mod:`sparkfold.api.upstream`).
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import httpx
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
@@ -33,7 +33,7 @@ from sparkfold.api.responses import routes as responses_routes
 from sparkfold.api.responses.serving import ResponsesServing
 from sparkfold.api.responses.store import ResponseStore
 from sparkfold.api.state import Gateway
-from sparkfold.api.upstream import Engine
+from sparkfold.api.upstream import Connect, Engine
 from sparkfold.config import Settings
 
 __all__ = ["GENERATING_PATHS", "OPEN_PATHS", "App", "build_stack", "create_app"]
@@ -109,12 +109,12 @@ def _install_error_handlers(app: FastAPI) -> None:
 class App:
     """The gateway as an ASGI application; ``gateway`` holds its long-lived objects."""
 
-    def __init__(self, settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(self, settings: Settings, *, connect: Connect | None = None) -> None:
         api = settings.api
         engine = Engine(
             settings.engine_url,
             timeout_s=api.upstream_timeout_s,
-            transport=transport,
+            connect=connect,
             concurrency=api.parallel + 4,  # the lanes, plus health, metrics and tokenizer calls
         )
         lanes = Lanes(api.parallel, api.max_queued)
@@ -163,5 +163,5 @@ class App:
         await self._stack(scope, receive, send)
 
 
-def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None) -> App:
-    return App(settings, transport=transport)
+def create_app(settings: Settings, *, connect: Connect | None = None) -> App:
+    return App(settings, connect=connect)

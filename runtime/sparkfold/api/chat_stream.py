@@ -124,7 +124,7 @@ class ChatStream:
 
     async def _batches(self) -> AsyncIterator[list[ChatEvent]]:
         done = False
-        events = upstream_events(self._upstream.chunks(), self._keepalive_s)
+        events = upstream_events(self._upstream.read, self._keepalive_s)
         try:
             async for payloads in events:
                 if payloads is None:

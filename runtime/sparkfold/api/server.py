@@ -74,8 +74,6 @@ def _configure_logging() -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.INFO)
-    # httpx logs every engine call at INFO; the access log already has one line per request
-    logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 class _Server(uvicorn.Server):
