@@ -20,7 +20,15 @@ from sparkfold import __version__
 from sparkfold.api import routes
 from sparkfold.api.anthropic import routes as anthropic_routes
 from sparkfold.api.anthropic.serving import MessagesServing
-from sparkfold.api.errors import ApiError, ClientError, InvalidRequest, NotFound, error_response
+from sparkfold.api.dispatch import Dispatch
+from sparkfold.api.errors import (
+    ApiError,
+    ClientError,
+    InvalidRequest,
+    NotFound,
+    error_response,
+    invalid_fields,
+)
 from sparkfold.api.health import HealthServing
 from sparkfold.api.keys import KeyStore
 from sparkfold.api.lanes import Lanes
@@ -49,7 +57,8 @@ OPEN_PATHS = frozenset({"/health", "/v1/health", "/docs", "/docs/oauth2-redirect
 def build_stack(app: ASGIApp, gateway: Gateway, settings: Settings) -> ASGIApp:
     """Wrap ``app`` in the middleware, innermost first; the comment on each says why it sits there."""
     api = settings.api
-    # innermost: a lane is taken only for a request that passed every cheaper check
+    # innermost: gives the serving code a way to take a lane, which it does only once the request
+    # passed every check of its own (validation, limits), just before the engine is asked
     app = Admission(app, lanes=gateway.lanes, paths=GENERATING_PATHS, metrics=gateway.metrics)
     # before admission: a too-large body is refused before it is buffered for the queue
     app = BodyLimit(app, max_bytes=int(api.max_body_mib * (1 << 20)))
@@ -63,22 +72,10 @@ def build_stack(app: ASGIApp, gateway: Gateway, settings: Settings) -> ASGIApp:
     return ServerErrors(app)
 
 
-def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
-    parts, first = [], None
-    for error in exc.errors()[:3]:
-        location = ".".join(str(p) for p in error.get("loc", ()) if p != "body")
-        first = first or location or None
-        parts.append(f"{location or 'body'}: {error.get('msg', 'invalid')}")
-    more = len(exc.errors()) - 3
-    suffix = f" (and {more} more)" if more > 0 else ""
-    return "invalid request: " + "; ".join(parts) + suffix, first
-
-
 def _install_error_handlers(app: FastAPI) -> None:
     async def on_validation(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
-        message, param = _validation_message(exc)
-        return error_response(InvalidRequest(message, param=param), request.url.path)
+        return error_response(invalid_fields(exc.errors()), request.url.path)
 
     async def on_http(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
@@ -155,9 +152,13 @@ class App:
         )
         self.fastapi.state.gateway = self.gateway
         _install_error_handlers(self.fastapi)
-        for router in (routes.router, openai_routes.router, anthropic_routes.router, responses_routes.router):
+        routers = (routes.router, openai_routes.router, anthropic_routes.router, responses_routes.router)
+        for router in routers:
             self.fastapi.include_router(router)
-        self._stack = build_stack(self.fastapi, self.gateway, settings)
+        direct = Dispatch(
+            self.fastapi, routes=[route for r in routers for route in r.routes], paths=GENERATING_PATHS
+        )
+        self._stack = build_stack(direct, self.gateway, settings)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self._stack(scope, receive, send)
