@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +29,7 @@ class CallContext:
     admit: Admit = _no_admission
 
     @classmethod
-    def of_scope(cls, scope: dict[str, Any], route: str) -> CallContext:
+    def of_scope(cls, scope: Mapping[str, Any], route: str) -> CallContext:
         state = scope.get("state") or {}
         return cls(
             route=route,

@@ -26,6 +26,13 @@ from sparkfold.api.errors import ClientError, InvalidRequest, error_response, in
 __all__ = ["Dispatch", "parse_body"]
 
 
+def _content_type(scope: Scope) -> str | None:
+    for name, value in scope["headers"]:
+        if name == b"content-type":
+            return str(value.decode("latin-1"))
+    return None
+
+
 def _is_json(content_type: str | None) -> bool:
     if content_type is None:
         return False
@@ -100,7 +107,10 @@ class Dispatch:
             return
         scope["app"] = self.app  # what Request.app (and so api.state.gateway) reads
         request = Request(scope, receive)
-        parsed = parse_body(direct.model, await request.body(), request.headers.get("content-type"))
+        body = scope.get("state", {}).get("body")  # BodyLimit read it already
+        if body is None:
+            body = await request.body()
+        parsed = parse_body(direct.model, body, _content_type(scope))
         if isinstance(parsed, ClientError):
             response = error_response(parsed, scope["path"])
         else:

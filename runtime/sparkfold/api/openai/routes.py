@@ -22,7 +22,7 @@ router = APIRouter()
 
 
 def _call(request: Request) -> CallContext:
-    return CallContext.of_scope(dict(request.scope), request.scope["path"])
+    return CallContext.of_scope(request.scope, request.scope["path"])
 
 
 @router.get("/v1/models", response_model=ModelList, responses=ERROR_RESPONSES, tags=["openai"])

@@ -15,7 +15,7 @@ router = APIRouter()
 
 @router.post("/v1/responses", response_model=None, responses=ERROR_RESPONSES, tags=["openai"])
 async def create_response(body: ResponsesRequest, request: Request) -> Response:
-    call = CallContext.of_scope(dict(request.scope), request.scope["path"])
+    call = CallContext.of_scope(request.scope, request.scope["path"])
     return respond(await gateway(request).responses.create(body, call), request.scope["path"])
 
 
