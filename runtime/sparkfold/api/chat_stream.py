@@ -17,7 +17,6 @@ the stream still ends with ``DONE``.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
@@ -164,10 +163,8 @@ class ChatStream:
             return
         # Read the engine's body to its end (normally at once): a fully read response lets its
         # connection go back to the pool instead of being closed, saving a connect per request.
-        with contextlib.suppress(Exception):
-            async with asyncio.timeout(DRAIN_S):
-                async for _ in events:
-                    pass
+        with contextlib.suppress(ApiError):
+            await self._upstream.finish(DRAIN_S)
 
     def _token_seen(self) -> None:
         if self._first:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import logging
 import signal
 import sys
@@ -16,7 +17,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import orjson
 import uvicorn
 
 from sparkfold.api.app import create_app
@@ -49,8 +49,7 @@ class JsonFormatter(logging.Formatter):
         data.update({k: v for k, v in record.__dict__.items() if k not in _STANDARD})
         if record.exc_info:
             data["exc"] = self.formatException(record.exc_info)
-        # orjson: one access line per request, so the encoder's cost is per-request cost
-        return orjson.dumps(data, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+        return json.dumps(data, default=str)
 
 
 def check_keys(settings: Settings) -> KeyStore:

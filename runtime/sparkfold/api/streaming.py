@@ -92,30 +92,33 @@ class SSEResponse:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         gone = False
-        tasks: list[asyncio.Task[None]] = []
+        sender: asyncio.Task[None] | None = None
+        watcher: asyncio.Task[None] | None = None
         try:
             await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
             sender = asyncio.create_task(self._send_all(send))
             watcher = asyncio.create_task(_wait_disconnect(receive))
-            tasks = [sender, watcher]
-            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-            if not sender.done():
+            watcher.add_done_callback(lambda _: sender.cancel())  # the client left: stop sending
+            try:
+                await sender
+            except asyncio.CancelledError:
+                if watcher.cancelled() or not watcher.done():
+                    raise  # this response itself is being cancelled (the server stops)
                 gone = True  # the watcher saw the client leave
-            elif not sender.cancelled() and sender.exception() is not None:
-                failure = sender.exception()
-                gone = isinstance(failure, OSError)  # a failed send: the client is gone
-                if not gone:
-                    log.error("stream failed", exc_info=failure)
+            except OSError:
+                gone = True  # a failed send: the client is gone
+            except Exception:
+                log.exception("stream failed")
         except OSError:
             gone = True
         finally:
-            for task in tasks:
-                task.cancel()
-            if tasks:  # a bounded moment to unwind; the upstream is closed below in any case
-                done, _ = await asyncio.wait(tasks, timeout=CANCEL_GRACE_S)
-                for task in done:
-                    if not task.cancelled():
-                        task.exception()  # retrieved: never "exception was never retrieved"
+            if watcher is not None:
+                watcher.cancel()  # nothing to wait for: it only reads the client's messages
+            if sender is not None and not sender.done():
+                sender.cancel()  # a bounded moment to unwind; the upstream is closed below anyway
+                await asyncio.wait([sender], timeout=CANCEL_GRACE_S)
+            if sender is not None and sender.done() and not sender.cancelled():
+                sender.exception()  # retrieved: never "exception was never retrieved"
             with contextlib.suppress(Exception):
                 await self.stream.events.aclose()  # type: ignore[attr-defined]
             await self.stream.close()

@@ -209,6 +209,14 @@ class EngineStream:
                     raise UpstreamTimeout("the engine stopped sending mid-stream")
                 return None
 
+    async def finish(self, wait_s: float) -> None:
+        """Read the rest of the body (dropped) for at most ``wait_s``: a response read to its end
+        lets :meth:`aclose` give the connection back instead of closing it."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
+        while (left := deadline - loop.time()) > 0 and await self.read(left) not in (b"", None):
+            pass
+
     async def chunks(self) -> AsyncIterator[bytes]:
         """The body as it arrives (no line splitting here: that is the SSE reader's job)."""
         while True:

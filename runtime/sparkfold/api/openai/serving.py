@@ -53,10 +53,9 @@ def _known_fields(request: BaseModel) -> dict[str, Any]:
     for name in ignored_fields(request):
         body.pop(name, None)
     if isinstance(request, ChatCompletionRequest):
-        body["messages"] = [
-            {k: v for k, v in m.model_dump(exclude_none=True).items() if k not in (m.model_extra or {})}
-            for m in request.messages
-        ]
+        for message, dumped in zip(request.messages, body["messages"], strict=True):
+            for name in message.model_extra or ():
+                dumped.pop(name, None)
     return body
 
 
