@@ -94,6 +94,7 @@ class _Connection(asyncio.Protocol):
             self._wake()
 
     def eof_received(self) -> bool | None:
+        self.closed = True  # never picked from the pool again, even before connection_lost
         return False  # close the transport; connection_lost tells the reader
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -312,7 +313,8 @@ class Engine:
         request = head + b"\r\n" + (content or b"")
         loop = asyncio.get_running_loop()
         for attempt in (1, 2):
-            connection = await self._acquire()
+            # a pooled connection the engine closed at that very moment is retried on a new one
+            connection = await self._acquire(pooled=attempt == 1)
             try:
                 connection.send(request)
                 deadline = loop.time() + timeout_s
@@ -344,8 +346,8 @@ class Engine:
             if not await connection.wait(loop.time() + timeout_s):
                 raise UpstreamTimeout("the engine stopped sending its answer")
 
-    async def _acquire(self) -> _Connection:
-        while self._idle:
+    async def _acquire(self, *, pooled: bool = True) -> _Connection:
+        while pooled and self._idle:
             connection = self._idle.pop()
             if not connection.closed:
                 connection.reused = True
@@ -386,9 +388,15 @@ def _as_api_error(error: ApiError | _Stale) -> ApiError:
 def _json(body: dict[str, Any]) -> bytes:
     """Strict JSON: NaN and Infinity (which Python's parser lets in) are the client's mistake."""
     try:
-        return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+        text = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     except ValueError:
         raise InvalidRequest("the request holds NaN or Infinity, which JSON does not allow") from None
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        raise InvalidRequest(
+            "the request holds a lone UTF-16 surrogate (\\ud800 to \\udfff), which is not text"
+        ) from None
 
 
 def _decode(status: int, content: bytes) -> dict[str, Any]:
