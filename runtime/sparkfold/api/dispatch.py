@@ -95,7 +95,7 @@ class Dispatch:
         self.routes = {
             route.path: _Direct(route)
             for route in routes
-            if isinstance(route, APIRoute) and route.path in wanted and "POST" in route.methods
+            if isinstance(route, APIRoute) and route.path in wanted and "POST" in (route.methods or ())
         }
         if missing := wanted - self.routes.keys():
             raise ValueError(f"no POST route for {sorted(missing)}")
