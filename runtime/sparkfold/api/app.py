@@ -1,7 +1,8 @@
 """Compose the gateway: serving objects, routers, and the middleware stack around them.
 
 :func:`create_app` builds everything from :class:`~sparkfold.config.Settings` and returns an
-:class:`App` (an ASGI application). ``transport`` replaces the network to the engine in tests.
+:class:`App` (an ASGI application). ``connect`` replaces the network to the engine in tests (see
+:mod:`sparkfold.api.upstream`).
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import httpx
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
@@ -20,7 +20,15 @@ from sparkfold import __version__
 from sparkfold.api import routes
 from sparkfold.api.anthropic import routes as anthropic_routes
 from sparkfold.api.anthropic.serving import MessagesServing
-from sparkfold.api.errors import ApiError, ClientError, InvalidRequest, NotFound, error_response
+from sparkfold.api.dispatch import Dispatch
+from sparkfold.api.errors import (
+    ApiError,
+    ClientError,
+    InvalidRequest,
+    NotFound,
+    error_response,
+    invalid_fields,
+)
 from sparkfold.api.health import HealthServing
 from sparkfold.api.keys import KeyStore
 from sparkfold.api.lanes import Lanes
@@ -33,7 +41,7 @@ from sparkfold.api.responses import routes as responses_routes
 from sparkfold.api.responses.serving import ResponsesServing
 from sparkfold.api.responses.store import ResponseStore
 from sparkfold.api.state import Gateway
-from sparkfold.api.upstream import Engine
+from sparkfold.api.upstream import Connect, Engine
 from sparkfold.config import Settings
 
 __all__ = ["GENERATING_PATHS", "OPEN_PATHS", "App", "build_stack", "create_app"]
@@ -49,7 +57,8 @@ OPEN_PATHS = frozenset({"/health", "/v1/health", "/docs", "/docs/oauth2-redirect
 def build_stack(app: ASGIApp, gateway: Gateway, settings: Settings) -> ASGIApp:
     """Wrap ``app`` in the middleware, innermost first; the comment on each says why it sits there."""
     api = settings.api
-    # innermost: a lane is taken only for a request that passed every cheaper check
+    # innermost: gives the serving code a way to take a lane, which it does only once the request
+    # passed every check of its own (validation, limits), just before the engine is asked
     app = Admission(app, lanes=gateway.lanes, paths=GENERATING_PATHS, metrics=gateway.metrics)
     # before admission: a too-large body is refused before it is buffered for the queue
     app = BodyLimit(app, max_bytes=int(api.max_body_mib * (1 << 20)))
@@ -63,22 +72,10 @@ def build_stack(app: ASGIApp, gateway: Gateway, settings: Settings) -> ASGIApp:
     return ServerErrors(app)
 
 
-def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
-    parts, first = [], None
-    for error in exc.errors()[:3]:
-        location = ".".join(str(p) for p in error.get("loc", ()) if p != "body")
-        first = first or location or None
-        parts.append(f"{location or 'body'}: {error.get('msg', 'invalid')}")
-    more = len(exc.errors()) - 3
-    suffix = f" (and {more} more)" if more > 0 else ""
-    return "invalid request: " + "; ".join(parts) + suffix, first
-
-
 def _install_error_handlers(app: FastAPI) -> None:
     async def on_validation(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
-        message, param = _validation_message(exc)
-        return error_response(InvalidRequest(message, param=param), request.url.path)
+        return error_response(invalid_fields(exc.errors()), request.url.path)
 
     async def on_http(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
@@ -109,12 +106,12 @@ def _install_error_handlers(app: FastAPI) -> None:
 class App:
     """The gateway as an ASGI application; ``gateway`` holds its long-lived objects."""
 
-    def __init__(self, settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(self, settings: Settings, *, connect: Connect | None = None) -> None:
         api = settings.api
         engine = Engine(
             settings.engine_url,
             timeout_s=api.upstream_timeout_s,
-            transport=transport,
+            connect=connect,
             concurrency=api.parallel + 4,  # the lanes, plus health, metrics and tokenizer calls
         )
         lanes = Lanes(api.parallel, api.max_queued)
@@ -155,13 +152,17 @@ class App:
         )
         self.fastapi.state.gateway = self.gateway
         _install_error_handlers(self.fastapi)
-        for router in (routes.router, openai_routes.router, anthropic_routes.router, responses_routes.router):
+        routers = (routes.router, openai_routes.router, anthropic_routes.router, responses_routes.router)
+        for router in routers:
             self.fastapi.include_router(router)
-        self._stack = build_stack(self.fastapi, self.gateway, settings)
+        direct = Dispatch(
+            self.fastapi, routes=[route for r in routers for route in r.routes], paths=GENERATING_PATHS
+        )
+        self._stack = build_stack(direct, self.gateway, settings)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self._stack(scope, receive, send)
 
 
-def create_app(settings: Settings, *, transport: httpx.AsyncBaseTransport | None = None) -> App:
-    return App(settings, transport=transport)
+def create_app(settings: Settings, *, connect: Connect | None = None) -> App:
+    return App(settings, connect=connect)

@@ -3,7 +3,8 @@
 :class:`ChatStream` reads an open engine stream and yields lists of *chat events*, one list
 per network read (so a busy stream costs one hop per read, not per token):
 
-``bytes`` a chunk's JSON text, unchanged (the fast path: plain content deltas are not re-encoded)
+``bytes`` a chunk's JSON text, unchanged (plain content deltas, and any chunk with nothing to
+          rewrite, are passed on as the engine sent them: never re-encoded)
 ``dict``  a chunk that was rewritten (reasoning alias, tool-call hygiene), or ``{"error": {...}}``
 ``None``  nothing arrived for ``keepalive_s``: send a keepalive
 ``DONE``  always last
@@ -16,7 +17,6 @@ the stream still ends with ``DONE``.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
@@ -124,7 +124,7 @@ class ChatStream:
 
     async def _batches(self) -> AsyncIterator[list[ChatEvent]]:
         done = False
-        events = upstream_events(self._upstream.chunks(), self._keepalive_s)
+        events = upstream_events(self._upstream.read, self._keepalive_s)
         try:
             async for payloads in events:
                 if payloads is None:
@@ -163,10 +163,8 @@ class ChatStream:
             return
         # Read the engine's body to its end (normally at once): a fully read response lets its
         # connection go back to the pool instead of being closed, saving a connect per request.
-        with contextlib.suppress(Exception):
-            async with asyncio.timeout(DRAIN_S):
-                async for _ in events:
-                    pass
+        with contextlib.suppress(ApiError):
+            await self._upstream.finish(DRAIN_S)
 
     def _token_seen(self) -> None:
         if self._first:
@@ -189,27 +187,32 @@ class ChatStream:
             self._on_usage(chunk["usage"])
         choices = chunk.get("choices")
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-            return [chunk]
+            return [payload]
         choice = choices[0]
         delta = choice.get("delta")
         if not isinstance(delta, dict):  # a completions chunk (``text``): nothing to rewrite
             if choice.get("text"):
                 self._token_seen()
-            return [chunk]
+            return [payload]
         out: list[ChatEvent] = []
         if delta.get("content") or delta.get("reasoning_content") or delta.get("tool_calls"):
             self._token_seen()
+        changed = False
         if delta.get("reasoning_content") is not None:
             delta["reasoning"] = delta["reasoning_content"]
+            changed = True
         calls = delta.pop("tool_calls", None)
+        if calls is not None:
+            changed = True
         if calls:
             out += self._collect(chunk, calls)
         if choice.get("finish_reason"):
             out += self._flush(chunk, upto=None)
             if choice["finish_reason"] == "tool_calls" and self._calls_sent == 0:
                 choice["finish_reason"] = "stop"
+                changed = True
         if not calls or delta or choice.get("finish_reason") or "usage" in chunk:
-            out.append(chunk)
+            out.append(chunk if changed else payload)  # unchanged: its own bytes, not re-encoded
         return out
 
     def _collect(self, chunk: dict[str, Any], deltas: Any) -> list[ChatEvent]:

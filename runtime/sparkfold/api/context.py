@@ -4,10 +4,21 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CallContext"]
+from sparkfold.api.errors import ApiError
+
+__all__ = ["Admit", "CallContext"]
+
+# Take a lane for the call (see sparkfold.api.middleware.admission): None once it has one, the
+# error to answer with when there is none. Serving calls it after its checks, before the engine.
+Admit = Callable[[], Awaitable[ApiError | None]]
+
+
+async def _no_admission() -> None:
+    return None
 
 
 @dataclass(frozen=True)
@@ -15,12 +26,14 @@ class CallContext:
     route: str
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     started: float = field(default_factory=time.perf_counter)
+    admit: Admit = _no_admission
 
     @classmethod
-    def of_scope(cls, scope: dict[str, Any], route: str) -> CallContext:
+    def of_scope(cls, scope: Mapping[str, Any], route: str) -> CallContext:
         state = scope.get("state") or {}
         return cls(
             route=route,
             request_id=state.get("request_id") or uuid.uuid4().hex,
             started=state.get("started") or time.perf_counter(),
+            admit=state.get("admit") or _no_admission,
         )

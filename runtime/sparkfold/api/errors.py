@@ -22,6 +22,7 @@ response with :func:`error_body` in the dialect of the route: OpenAI
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from starlette.responses import JSONResponse
@@ -41,6 +42,7 @@ __all__ = [
     "error_body",
     "error_bytes",
     "error_response",
+    "invalid_fields",
     "is_anthropic_path",
 ]
 
@@ -131,6 +133,19 @@ class UpstreamUnavailable(UpstreamError):
 class UpstreamTimeout(UpstreamError):
     status = 504
     type = "upstream_timeout"
+
+
+def invalid_fields(errors: Sequence[Mapping[str, Any]]) -> InvalidRequest:
+    """Validation errors (pydantic's ``errors()``, FastAPI's ``loc`` starting with ``body``) as one
+    400 that names the first field and lists up to three problems."""
+    parts, first = [], None
+    for error in errors[:3]:
+        location = ".".join(str(p) for p in error.get("loc", ()) if p != "body")
+        first = first or location or None
+        parts.append(f"{location or 'body'}: {error.get('msg', 'invalid')}")
+    more = len(errors) - 3
+    suffix = f" (and {more} more)" if more > 0 else ""
+    return InvalidRequest("invalid request: " + "; ".join(parts) + suffix, param=first)
 
 
 def is_anthropic_path(path: str) -> bool:

@@ -5,6 +5,8 @@ Each application owns a registry, so several gateways (tests) never share counte
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from sparkfold.api.lanes import Lanes
@@ -55,6 +57,7 @@ def route_label(path: str) -> str:
 class Metrics:
     def __init__(self, lanes: Lanes) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self._children: dict[tuple[str, int], tuple[Any, Any]] = {}
         r = self.registry
         self.requests = Counter(
             "sparkfold_requests", "Requests answered, by route and status", ["route", "status"], registry=r
@@ -98,6 +101,17 @@ class Metrics:
         Gauge("sparkfold_queue_max", "Queue capacity (api.max_queued)", registry=r).set_function(
             lambda: lanes.max_queued
         )
+
+    def count_request(self, route: str, status: int, seconds: float) -> None:
+        """One answered request (status 0: the client left first) and how long it took."""
+        children = self._children.get((route, status))
+        if children is None:  # labels() costs a lock and a lookup: once per route and status
+            children = self._children[route, status] = (
+                self.requests.labels(route, str(status)),
+                self.latency.labels(route),
+            )
+        children[0].inc()
+        children[1].observe(seconds)
 
     def count_usage(self, usage: object) -> None:
         """Add an engine ``usage`` object (dict) to the token counters; ignore anything malformed."""

@@ -18,13 +18,13 @@ from dataclasses import dataclass
 
 from starlette.types import Receive, Scope, Send
 
-__all__ = ["KEEPALIVE_COMMENT", "EventStream", "SSEResponse", "split_events", "upstream_events"]
+__all__ = ["KEEPALIVE_COMMENT", "EventStream", "Read", "SSEResponse", "split_events", "upstream_events"]
 
 log = logging.getLogger(__name__)
 
+Read = Callable[[float], Awaitable[bytes | None]]
+
 KEEPALIVE_COMMENT = b": keepalive\n\n"
-_END = object()
-_QUEUE_DEPTH = 256
 CANCEL_GRACE_S = 1.0
 
 SSE_HEADERS = [
@@ -50,54 +50,29 @@ def split_events(buffer: bytes) -> tuple[list[bytes], bytes]:
     return payloads, rest
 
 
-async def upstream_events(
-    chunks: AsyncIterator[bytes], keepalive_s: float
-) -> AsyncIterator[list[bytes] | None]:
+async def upstream_events(read: Read, keepalive_s: float) -> AsyncIterator[list[bytes] | None]:
     """Batches of ``data:`` payloads (all complete events of one network read), and ``None``
     after each ``keepalive_s`` without any. Upstream errors are raised to the caller in order.
 
-    Batching keeps the per-event cost low under load: one queue hop and one send per read.
+    ``read(wait_s)`` returns the next bytes, ``b""`` at the end, or ``None`` after ``wait_s`` of
+    silence (see :meth:`sparkfold.api.upstream.EngineStream.read`). Batching keeps the cost per
+    event low under load: one parse and one send per read, and no task or queue in between.
     """
-    queue: asyncio.Queue[object] = asyncio.Queue(maxsize=_QUEUE_DEPTH)
-
-    async def pump() -> None:
-        rest = b""
-        try:
-            async for chunk in chunks:
-                payloads, rest = split_events(rest + chunk)
-                if payloads:
-                    await queue.put(payloads)
-            if rest.strip():
-                payloads, _ = split_events(rest + b"\n\n")
-                if payloads:
-                    await queue.put(payloads)
-            await queue.put(_END)
-        except Exception as exc:
-            await queue.put(exc)
-
-    task = asyncio.create_task(pump())
-    try:
-        while True:
-            try:
-                item = queue.get_nowait()
-            except asyncio.QueueEmpty:
-                try:
-                    # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation
-                    # that races with the item's arrival, and a cancelled stream would hang on
-                    async with asyncio.timeout(keepalive_s):
-                        item = await queue.get()
-                except TimeoutError:
-                    yield None
-                    continue
-            if item is _END:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item  # type: ignore[misc]
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    rest = b""
+    while True:
+        chunk = await read(keepalive_s)
+        if chunk is None:
+            yield None
+            continue
+        if not chunk:
+            break
+        payloads, rest = split_events(rest + chunk if rest else chunk)
+        if payloads:
+            yield payloads
+    if rest.strip():
+        payloads, _ = split_events(rest + b"\n\n")
+        if payloads:
+            yield payloads
 
 
 @dataclass
@@ -117,30 +92,33 @@ class SSEResponse:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         gone = False
-        tasks: list[asyncio.Task[None]] = []
+        sender: asyncio.Task[None] | None = None
+        watcher: asyncio.Task[None] | None = None
         try:
             await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
             sender = asyncio.create_task(self._send_all(send))
             watcher = asyncio.create_task(_wait_disconnect(receive))
-            tasks = [sender, watcher]
-            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-            if not sender.done():
+            watcher.add_done_callback(lambda _: sender.cancel())  # the client left: stop sending
+            try:
+                await sender
+            except asyncio.CancelledError:
+                if watcher.cancelled() or not watcher.done():
+                    raise  # this response itself is being cancelled (the server stops)
                 gone = True  # the watcher saw the client leave
-            elif not sender.cancelled() and sender.exception() is not None:
-                failure = sender.exception()
-                gone = isinstance(failure, OSError)  # a failed send: the client is gone
-                if not gone:
-                    log.error("stream failed", exc_info=failure)
+            except OSError:
+                gone = True  # a failed send: the client is gone
+            except Exception:
+                log.exception("stream failed")
         except OSError:
             gone = True
         finally:
-            for task in tasks:
-                task.cancel()
-            if tasks:  # a bounded moment to unwind; the upstream is closed below in any case
-                done, _ = await asyncio.wait(tasks, timeout=CANCEL_GRACE_S)
-                for task in done:
-                    if not task.cancelled():
-                        task.exception()  # retrieved: never "exception was never retrieved"
+            if watcher is not None:
+                watcher.cancel()  # nothing to wait for: it only reads the client's messages
+            if sender is not None and not sender.done():
+                sender.cancel()  # a bounded moment to unwind; the upstream is closed below anyway
+                await asyncio.wait([sender], timeout=CANCEL_GRACE_S)
+            if sender is not None and sender.done() and not sender.cancelled():
+                sender.exception()  # retrieved: never "exception was never retrieved"
             with contextlib.suppress(Exception):
                 await self.stream.events.aclose()  # type: ignore[attr-defined]
             await self.stream.close()

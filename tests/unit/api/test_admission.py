@@ -87,3 +87,46 @@ def test_anthropic_route_refuses_in_its_own_shape(busy_gateway: Running, fake: S
     for client in clients:
         client.close()
     fake.wait_for(lambda: fake.active == 0)
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"n": 2}, "n"),
+        ({"logprobs": True}, "logprobs"),
+        (
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+                            {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+                        ],
+                    }
+                ]
+            },
+            "messages[0].content[1].image_url",
+        ),
+    ],
+)
+def test_limits_are_checked_before_admission(
+    start_gateway: Callable[..., Running], fake: ScriptedEngine, fields: dict[str, Any], param: str
+) -> None:
+    fake.default = Script(content=["a", "b"], stall_after=1)
+    gateway = start_gateway(parallel=1, max_queued=1, max_images=1, keepalive_s=60)
+    port = int(gateway.url.rsplit(":", 1)[1])
+    clients = [RawClient(port, "/v1/chat/completions", CHAT)]
+    fake.wait_for(lambda: fake.active == 1)
+    clients.append(RawClient(port, "/v1/chat/completions", CHAT))
+    poll(lambda: gateway.health()["queue"]["length"] == 1)
+    assert httpx.post(gateway.url + "/v1/chat/completions", json=CHAT).status_code == 429  # saturated
+
+    oversized = httpx.post(gateway.url + "/v1/chat/completions", json={**CHAT, **fields})
+    assert oversized.status_code == 400, oversized.text
+    assert oversized.json()["error"]["param"] == param
+    health = gateway.health()
+    assert (health["lanes"]["busy"], health["queue"]["length"]) == (1, 1)  # it never took a place
+    for client in clients:
+        client.close()
+    fake.wait_for(lambda: fake.active == 0)

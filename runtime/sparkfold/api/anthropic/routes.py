@@ -16,8 +16,8 @@ router = APIRouter()
 @router.post("/v1/messages", response_model=None, responses=ERROR_RESPONSES, tags=["anthropic"])
 @router.post("/messages", include_in_schema=False)  # TensorFold's alias
 async def messages(body: MessagesRequest, request: Request) -> Response:
-    call = CallContext.of_scope(dict(request.scope), request.url.path)
-    return respond(await gateway(request).messages.create(body, call), request.url.path)
+    call = CallContext.of_scope(request.scope, request.scope["path"])
+    return respond(await gateway(request).messages.create(body, call), request.scope["path"])
 
 
 @router.post("/messages/count_tokens", include_in_schema=False)
@@ -28,5 +28,5 @@ async def messages(body: MessagesRequest, request: Request) -> Response:
     tags=["anthropic"],
 )
 async def count_tokens(body: CountTokensRequest, request: Request) -> Response:
-    call = CallContext.of_scope(dict(request.scope), request.url.path)
-    return respond(await gateway(request).messages.count_tokens(body, call), request.url.path)
+    call = CallContext.of_scope(request.scope, request.scope["path"])
+    return respond(await gateway(request).messages.count_tokens(body, call), request.scope["path"])

@@ -32,7 +32,7 @@ class MessagesServing:
         if isinstance(prepared, ApiError):
             return prepared
         if not request.stream:
-            result = await self.chat.complete(prepared)
+            result = await self.chat.complete(prepared, call)
             if isinstance(result, ApiError):
                 return result
             return from_chat(result, model=request.model, stop_sequences=request.stop_sequences)

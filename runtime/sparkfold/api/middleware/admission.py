@@ -1,9 +1,12 @@
 """Admission: generating requests take a lane (see :mod:`sparkfold.api.lanes`) before they run.
 
-The body is read first (so a refusal leaves the connection usable), then the request enters the
-lanes. While it waits in the queue the client's connection is watched: a client that leaves is
-dropped at once and frees its place. The lane is held until the response is finished or the
-client is gone, then handed to the next waiter.
+The lane is taken late: this middleware puts an ``admit`` function in the request's state, and
+the serving code calls it (through :class:`~sparkfold.api.context.CallContext`) once the request
+has been read, validated and checked against the limits, just before the engine is asked. So a
+malformed or oversized request gets its 4xx even when every lane is busy, and never holds a
+queue place. While a request waits in the queue its client's connection is watched: a client
+that leaves is dropped at once and frees its place. The lane is held until the response is
+finished or the client is gone, then handed to the next waiter.
 """
 
 from __future__ import annotations
@@ -13,10 +16,10 @@ from collections.abc import Iterable
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from sparkfold.api.errors import Overloaded, error_response
+from sparkfold.api.errors import Overloaded
 from sparkfold.api.lanes import Lanes
 from sparkfold.api.metrics import Metrics
-from sparkfold.api.middleware._body import ClientGone, read_body, replay
+from sparkfold.api.middleware._body import ClientGone
 
 
 class Admission:
@@ -30,23 +33,31 @@ class Admission:
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in self.paths:
             await self.app(scope, receive, send)
             return
+        held = False
+
+        async def admit() -> Overloaded | None:
+            """Take a lane: None once taken, Overloaded past the queue; ClientGone if the client left."""
+            nonlocal held
+            if held:
+                return None
+            try:
+                held = await _enter_unless_gone(self.lanes, receive)
+            except Overloaded as error:
+                self.metrics.rejected.inc()
+                return error
+            if not held:
+                self.metrics.dropped.inc()
+                raise ClientGone
+            return None
+
+        scope.setdefault("state", {})["admit"] = admit
         try:
-            body = await read_body(receive)
+            await self.app(scope, receive, send)
         except ClientGone:
-            return
-        try:
-            admitted = await _enter_unless_gone(self.lanes, receive)
-        except Overloaded as error:
-            self.metrics.rejected.inc()
-            await error_response(error, scope["path"])(scope, receive, send)
-            return
-        if not admitted:
-            self.metrics.dropped.inc()
-            return
-        try:
-            await self.app(scope, replay(body, receive), send)
+            pass  # dropped from the queue: nobody is left to answer
         finally:
-            self.lanes.leave()
+            if held:
+                self.lanes.leave()
 
 
 async def _enter_unless_gone(lanes: Lanes, receive: Receive) -> bool:

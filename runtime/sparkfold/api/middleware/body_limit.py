@@ -1,4 +1,8 @@
-"""Refuse request bodies past ``api.max_body_mib`` with 413, before anything buffers them."""
+"""Refuse request bodies past ``api.max_body_mib`` with 413, before anything buffers them.
+
+A body within the limit is read once and handed on twice: replayed through ``receive`` (for
+apps that read it, like FastAPI) and kept as ``scope["state"]["body"]``.
+"""
 
 from __future__ import annotations
 
@@ -39,4 +43,5 @@ class BodyLimit:
         except BodyTooLarge:
             await error_response(self._error(), scope["path"])(scope, receive, send)
             return
+        scope.setdefault("state", {})["body"] = body  # for whoever wants it without a receive
         await self.app(scope, replay(body, receive), send)

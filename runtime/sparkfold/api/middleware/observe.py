@@ -36,8 +36,7 @@ class Observe:
             route = route_label(scope["path"])
             elapsed = time.perf_counter() - started
             # status 0: the client left before any answer (dropped from the queue, or cancelled)
-            self.metrics.requests.labels(route, str(status)).inc()
-            self.metrics.latency.labels(route).observe(elapsed)
+            self.metrics.count_request(route, status, elapsed)
             log.info(
                 "request",
                 extra={

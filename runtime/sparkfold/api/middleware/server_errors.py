@@ -7,6 +7,7 @@ import logging
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sparkfold.api.errors import ApiError, error_response
+from sparkfold.api.middleware.request_id import HEADER
 
 log = logging.getLogger(__name__)
 
@@ -37,4 +38,7 @@ class ServerErrors:
             error = ApiError(f"internal error (request id {request_id}); the gateway log has the details")
             if isinstance(exc, ApiError):
                 error = exc
-            await error_response(error, scope["path"])(scope, receive, send)
+            response = error_response(error, scope["path"])
+            if request_id is not None:  # RequestId sits inside this middleware: its header is missing
+                response.headers[HEADER] = request_id
+            await response(scope, receive, send)

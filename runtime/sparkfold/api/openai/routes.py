@@ -22,32 +22,32 @@ router = APIRouter()
 
 
 def _call(request: Request) -> CallContext:
-    return CallContext.of_scope(dict(request.scope), request.url.path)
+    return CallContext.of_scope(request.scope, request.scope["path"])
 
 
 @router.get("/v1/models", response_model=ModelList, responses=ERROR_RESPONSES, tags=["openai"])
 @router.get("/models", include_in_schema=False)  # TensorFold's alias
 async def list_models(request: Request) -> Response:
-    return respond(await gateway(request).utility.models(), request.url.path)
+    return respond(await gateway(request).utility.models(), request.scope["path"])
 
 
 @router.post("/v1/chat/completions", response_model=None, responses=ERROR_RESPONSES, tags=["openai"])
 async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
-    return respond(await gateway(request).chat.create(body, _call(request)), request.url.path)
+    return respond(await gateway(request).chat.create(body, _call(request)), request.scope["path"])
 
 
 @router.post("/v1/completions", response_model=None, responses=ERROR_RESPONSES, tags=["openai"])
 async def completions(body: CompletionRequest, request: Request) -> Response:
-    return respond(await gateway(request).completion.create(body, _call(request)), request.url.path)
+    return respond(await gateway(request).completion.create(body, _call(request)), request.scope["path"])
 
 
 @router.post("/tokenize", response_model=TokenizeResponse, responses=ERROR_RESPONSES, tags=["tokenizer"])
 @router.post("/v1/tokenize", include_in_schema=False)
 async def tokenize(body: TokenizeRequest, request: Request) -> Response:
-    return respond(await gateway(request).utility.tokenize(body, _call(request)), request.url.path)
+    return respond(await gateway(request).utility.tokenize(body, _call(request)), request.scope["path"])
 
 
 @router.post("/detokenize", response_model=DetokenizeResponse, responses=ERROR_RESPONSES, tags=["tokenizer"])
 @router.post("/v1/detokenize", include_in_schema=False)
 async def detokenize(body: DetokenizeRequest, request: Request) -> Response:
-    return respond(await gateway(request).utility.detokenize(body, _call(request)), request.url.path)
+    return respond(await gateway(request).utility.detokenize(body, _call(request)), request.scope["path"])

@@ -53,10 +53,9 @@ def _known_fields(request: BaseModel) -> dict[str, Any]:
     for name in ignored_fields(request):
         body.pop(name, None)
     if isinstance(request, ChatCompletionRequest):
-        body["messages"] = [
-            {k: v for k, v in m.model_dump(exclude_none=True).items() if k not in (m.model_extra or {})}
-            for m in request.messages
-        ]
+        for message, dumped in zip(request.messages, body["messages"], strict=True):
+            for name in message.model_extra or ():
+                dumped.pop(name, None)
     return body
 
 
@@ -119,8 +118,11 @@ class ChatServing:
             body.pop("chat_template_kwargs", None)
         return PreparedChat(body, Toolbox(request.tools))
 
-    async def complete(self, prepared: PreparedChat) -> dict[str, Any] | ApiError:
-        """The whole reply at once, cleaned."""
+    async def complete(self, prepared: PreparedChat, call: CallContext) -> dict[str, Any] | ApiError:
+        """The whole reply at once, cleaned (after a lane is taken for ``call``)."""
+        refused = await call.admit()
+        if refused is not None:
+            return refused
         try:
             result = await self.engine.post_json("/v1/chat/completions", {**prepared.body, "stream": False})
         except ApiError as error:
@@ -141,7 +143,11 @@ class ChatServing:
         return result
 
     async def open(self, prepared: PreparedChat, call: CallContext) -> ChatStream | ApiError:
-        """Open the engine stream; refusals come back as errors before anything is sent."""
+        """Open the engine stream (after a lane is taken for ``call``); refusals come back as
+        errors before anything is sent."""
+        refused = await call.admit()
+        if refused is not None:
+            return refused
         try:
             upstream = await self.engine.open_stream(
                 "/v1/chat/completions", {**prepared.body, "stream": True}
@@ -164,7 +170,7 @@ class ChatServing:
         if isinstance(prepared, ApiError):
             return prepared
         if not request.stream:
-            return await self.complete(prepared)
+            return await self.complete(prepared, call)
         stream = await self.open(prepared, call)
         if isinstance(stream, ApiError):
             return stream
@@ -209,6 +215,9 @@ class CompletionServing:
         log_ignored(request, call)
         body = _known_fields(request)
         body.setdefault("model", self.served_name)
+        refused = await call.admit()
+        if refused is not None:
+            return refused
         try:
             if not request.stream:
                 result = await self.engine.post_json("/v1/completions", body)

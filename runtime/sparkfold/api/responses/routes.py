@@ -15,15 +15,15 @@ router = APIRouter()
 
 @router.post("/v1/responses", response_model=None, responses=ERROR_RESPONSES, tags=["openai"])
 async def create_response(body: ResponsesRequest, request: Request) -> Response:
-    call = CallContext.of_scope(dict(request.scope), request.url.path)
-    return respond(await gateway(request).responses.create(body, call), request.url.path)
+    call = CallContext.of_scope(request.scope, request.scope["path"])
+    return respond(await gateway(request).responses.create(body, call), request.scope["path"])
 
 
 @router.get("/v1/responses/{response_id}", response_model=None, responses=ERROR_RESPONSES, tags=["openai"])
 async def get_response(response_id: str, request: Request) -> Response:
-    return respond(gateway(request).responses.get(response_id), request.url.path)
+    return respond(gateway(request).responses.get(response_id), request.scope["path"])
 
 
 @router.delete("/v1/responses/{response_id}", response_model=None, responses=ERROR_RESPONSES, tags=["openai"])
 async def delete_response(response_id: str, request: Request) -> Response:
-    return respond(gateway(request).responses.delete(response_id), request.url.path)
+    return respond(gateway(request).responses.delete(response_id), request.scope["path"])

@@ -50,7 +50,7 @@ class ResponsesServing:
                 self.store.put(response, [*conversation, reply])
 
         if not request.stream:
-            result = await self.chat.complete(prepared)
+            result = await self.chat.complete(prepared, call)
             if isinstance(result, ApiError):
                 return result
             choice = (result.get("choices") or [{}])[0]
