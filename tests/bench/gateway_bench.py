@@ -8,7 +8,10 @@ the client share the others, so the straight and gateway sides see the same engi
 and the gateway never queues behind them. In one run it measures:
 
 - *TTFT*: request sent to the first content token, straight and through the gateway (added = the
-  difference), pooled over many short rounds at 1, 4, 16 and 64 simultaneous streams;
+  difference), pooled over many short rounds at 1, 4, 16 and 64 simultaneous streams (a burst: every
+  stream of a round sent at the same moment), and in a steady state (each of N clients sends its
+  next request when its previous reply ends, the clients' first requests spread over one reply's
+  length, so N streams run at all times and requests arrive one by one);
 - *tok/s*: the aggregate streamed tokens/s at each concurrency (ratio = through / straight);
 - *CPU per request*: the gateway's process CPU time (user + system, from /proc) per request with
   an unthrottled engine and short replies, next to the engine's own, which does not depend on how
@@ -156,6 +159,7 @@ class Pair:
 
     def __init__(self, pace_s: float, tokens: int, *, pinned: str) -> None:
         self.engine_port, self.gateway_port = free_port(), free_port()
+        self.reply_s = pace_s * tokens  # how long one paced reply streams
         self._tmp = tempfile.TemporaryDirectory()
         config = gateway_config(self.engine_port, self.gateway_port, Path(self._tmp.name))
         cli = "from sparkfold.cli import main; main()"
@@ -207,6 +211,40 @@ def ttft_phase(pair: Pair, concurrencies: list[int], rounds: int) -> list[dict[s
         )
         print(json.dumps(rows[-1]), flush=True)
     return rows
+
+
+def steady_phase(pair: Pair, concurrencies: list[int], replies: int) -> list[dict[str, Any]]:
+    """TTFT with N streams always running and requests arriving spread out (closed loop, staggered)."""
+    rows = []
+    for streams in concurrencies:
+        per_client = max(3, replies // streams)
+        straight, through = [], []
+        for _ in range(2):  # interleaved, so drift hits both sides alike
+            straight += asyncio.run(_staggered(pair.engine_port, streams, per_client, pair.reply_s))
+            through += asyncio.run(_staggered(pair.gateway_port, streams, per_client, pair.reply_s))
+        s_ttft, g_ttft = statistics.median(straight), statistics.median(through)
+        rows.append(
+            {
+                "streams": streams,
+                "samples": len(through),
+                "ttft_straight_ms": round(s_ttft, 3),
+                "ttft_gateway_ms": round(g_ttft, 3),
+                "ttft_added_ms": round(g_ttft - s_ttft, 3),
+            }
+        )
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+async def _staggered(port: int, streams: int, per_client: int, reply_s: float) -> list[float]:
+    """``streams`` clients, each sending ``per_client`` requests back to back, the first ones spread
+    evenly over one reply's length; the TTFTs in ms."""
+
+    async def client(index: int) -> list[float]:
+        await asyncio.sleep(index * reply_s / streams)
+        return [(await one_stream(port))[0] * 1000 for _ in range(per_client)]
+
+    return [t for times in await asyncio.gather(*(client(i) for i in range(streams))) for t in times]
 
 
 def rate_phase(pair: Pair, concurrencies: list[int], repeats: int) -> list[dict[str, Any]]:
@@ -315,6 +353,8 @@ def main() -> None:
     with Pair(0.01, args.ttft_tokens, pinned=args.pin) as pair:
         result["placement"] = pair.placement
         result["ttft"] = ttft_phase(pair, concurrencies, args.ttft_rounds)
+        print("paced upstream, 100 tokens/s per stream: TTFT in a steady state", flush=True)
+        result["ttft_steady"] = steady_phase(pair, concurrencies, args.ttft_rounds)
     print("paced upstream, 100 tokens/s per stream: tok/s", flush=True)
     with Pair(0.01, args.pace_tokens, pinned=args.pin) as pair:
         result["rate"] = rate_phase(pair, concurrencies, args.repeats)
