@@ -8,14 +8,13 @@ from typing import Any
 
 import pytest
 import uvicorn
+import uvloop
 from tests.fakes.harness import settings_for
 
 from sparkfold.api import server
 
 
 def test_serve_runs_on_uvicorns_loop_and_parser(monkeypatch: pytest.MonkeyPatch) -> None:
-    uvloop = pytest.importorskip("uvloop")
-    pytest.importorskip("httptools")
     seen: dict[str, Any] = {}
 
     async def fake_serve(self: uvicorn.Server, sockets: Any = None) -> None:
