@@ -190,6 +190,20 @@ class Pair:
         self._tmp.cleanup()
 
 
+def ttft_row(streams: int, straight: list[float], through: list[float]) -> dict[str, Any]:
+    """Median TTFTs of both sides (ms) and what the gateway adds; printed as it is made."""
+    s_ttft, g_ttft = statistics.median(straight), statistics.median(through)
+    row = {
+        "streams": streams,
+        "samples": len(through),
+        "ttft_straight_ms": round(s_ttft, 3),
+        "ttft_gateway_ms": round(g_ttft, 3),
+        "ttft_added_ms": round(g_ttft - s_ttft, 3),
+    }
+    print(json.dumps(row), flush=True)
+    return row
+
+
 def ttft_phase(pair: Pair, concurrencies: list[int], rounds: int) -> list[dict[str, Any]]:
     """Many short rounds per concurrency, interleaved; TTFT pooled over every stream of every round."""
     rows = []
@@ -199,17 +213,7 @@ def ttft_phase(pair: Pair, concurrencies: list[int], rounds: int) -> list[dict[s
         for _ in range(max(6, rounds // streams)):  # interleaved, so drift hits both sides alike
             straight += asyncio.run(load(pair.engine_port, streams))["ttft_ms"]
             through += asyncio.run(load(pair.gateway_port, streams))["ttft_ms"]
-        s_ttft, g_ttft = statistics.median(straight), statistics.median(through)
-        rows.append(
-            {
-                "streams": streams,
-                "samples": len(through),
-                "ttft_straight_ms": round(s_ttft, 3),
-                "ttft_gateway_ms": round(g_ttft, 3),
-                "ttft_added_ms": round(g_ttft - s_ttft, 3),
-            }
-        )
-        print(json.dumps(rows[-1]), flush=True)
+        rows.append(ttft_row(streams, straight, through))
     return rows
 
 
@@ -222,17 +226,7 @@ def steady_phase(pair: Pair, concurrencies: list[int], replies: int) -> list[dic
         for _ in range(2):  # interleaved, so drift hits both sides alike
             straight += asyncio.run(_staggered(pair.engine_port, streams, per_client, pair.reply_s))
             through += asyncio.run(_staggered(pair.gateway_port, streams, per_client, pair.reply_s))
-        s_ttft, g_ttft = statistics.median(straight), statistics.median(through)
-        rows.append(
-            {
-                "streams": streams,
-                "samples": len(through),
-                "ttft_straight_ms": round(s_ttft, 3),
-                "ttft_gateway_ms": round(g_ttft, 3),
-                "ttft_added_ms": round(g_ttft - s_ttft, 3),
-            }
-        )
-        print(json.dumps(rows[-1]), flush=True)
+        rows.append(ttft_row(streams, straight, through))
     return rows
 
 
