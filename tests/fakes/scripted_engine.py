@@ -204,18 +204,23 @@ class ScriptedEngine:
 
     async def _stream(self, script: Script, receive: Any, send: Any) -> None:
         self._bump("active")
+        ended = False
+
+        async def tracked_send(message: dict[str, Any]) -> None:
+            nonlocal ended
+            await send(message)
+            ended = ended or (message["type"] == "http.response.body" and not message.get("more_body"))
+
         try:
-            producer = asyncio.create_task(self._produce(script, send))
+            producer = asyncio.create_task(self._produce(script, tracked_send))
             watcher = asyncio.create_task(_disconnected(receive))
-            done, _ = await asyncio.wait({producer, watcher}, return_when=asyncio.FIRST_COMPLETED)
-            if producer in done and producer.exception() is None:
-                watcher.cancel()
-                self._bump("completed")
-            else:
-                producer.cancel()
-                watcher.cancel()
-                self._bump("cancelled")
+            await asyncio.wait({producer, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            producer.cancel()
+            watcher.cancel()
             await asyncio.gather(producer, watcher, return_exceptions=True)
+            # uvicorn reports a disconnect as soon as the response is complete, so the watcher can win
+            # the race against a producer that already sent its last byte: that stream completed.
+            self._bump("completed" if ended else "cancelled")
         finally:
             self._bump("active", -1)
 
