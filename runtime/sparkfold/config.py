@@ -118,6 +118,19 @@ class Exllamav3Settings(_Section):
         "fp16", description="KV cache: fp16, or exllamav3's quantized cache at 8/6/4 bits per value"
     )
     chunk_tokens: int = Field(2048, ge=256, description="prefill chunk size (multiple of 256)")
+    prefill_cooldown: int = Field(
+        4,
+        ge=0,
+        description="while replies stream, a new prompt gets one prefill pass every N + 1 steps (exllamav3's "
+        "prefill_cooldown): higher keeps running streams smooth, lower starts new requests sooner",
+    )
+    gather_ms: float = Field(
+        3.0,
+        ge=0,
+        le=1000,
+        description="an idle engine that receives a request waits until no other arrived for this long "
+        "(at most 8 times as long) before its first step, so a burst is prefilled together; 0 = off",
+    )
     recurrent_cache_gib: float = Field(
         4.0,
         ge=0,

@@ -17,6 +17,10 @@ prompt is new (no prefix reuse between rounds). Every request generates exactly 
 tokens (``ignore_eos``), greedy.
 
     python tests/bench/exllamav3_bench.py MODEL_DIR [--json FILE] [--tokens 128] [--rounds 4]
+        [--levels 1,4,8,16]
+
+Each level's row is printed (and the JSON file rewritten) as soon as it is measured, so a run cut
+short by a time limit still leaves the levels it finished.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -130,10 +135,17 @@ def _median(rounds: list[dict[str, float]]) -> dict[str, float]:
     return {key: statistics.median(r[key] for r in rounds) for key in ("tok_s", "ttft_s")}
 
 
-def levels(url: str, direct: Direct, tokens: int, rounds: int) -> dict[int, dict[str, Any]]:
+def levels(
+    url: str,
+    direct: Direct,
+    tokens: int,
+    rounds: int,
+    at: Sequence[int] = LEVELS,
+    on_level: Callable[[int, dict[str, Any]], None] = lambda level, sides: None,
+) -> dict[int, dict[str, Any]]:
     """Both sides at every level: a warm-up round each, then ``rounds`` measured rounds in turns."""
     out: dict[int, dict[str, Any]] = {}
-    for level in LEVELS:
+    for level in at:
         asyncio.run(_server_round(url, prompts(level, f"warm-s{level}"), WARM_TOKENS))
         direct.round(prompts(level, f"warm-d{level}"), WARM_TOKENS)
         runs: dict[str, list[dict[str, float]]] = {"server": [], "direct": []}
@@ -142,6 +154,7 @@ def levels(url: str, direct: Direct, tokens: int, rounds: int) -> dict[int, dict
             runs["direct"].append(direct.round(prompts(level, f"d{level}-{r}"), tokens))
         out[level] = {side: _median(rs) for side, rs in runs.items()}
         out[level]["rounds"] = runs
+        on_level(level, out[level])
     return out
 
 
@@ -164,7 +177,46 @@ def _prefix_reuse(url: str) -> dict[str, float]:
     }
 
 
-def measure(model_dir: Path, tokens: int, rounds: int, log_dir: Path) -> dict[str, Any]:
+class Report:
+    """Prints each level's row as it comes, and keeps the JSON file up to date."""
+
+    def __init__(self, json_path: Path | None) -> None:
+        self.json_path = json_path
+        self.rows: list[dict[str, Any]] = []
+        self.prefix_reuse: dict[str, float] | None = None
+        print("| concurrent | direct tok/s | server tok/s | ratio | direct TTFT s | server TTFT s |")
+        print("| --- | --- | --- | --- | --- | --- |", flush=True)
+
+    def level(self, level: int, sides: dict[str, Any]) -> None:
+        d, s = sides["direct"], sides["server"]
+        ratio = s["tok_s"] / d["tok_s"]
+        self.rows.append(
+            {"concurrent": level, "direct": d, "server": s, "ratio": ratio, "rounds": sides["rounds"]}
+        )
+        cells = [
+            f"{d['tok_s']:.0f}",
+            f"{s['tok_s']:.0f}",
+            f"{ratio:.2f}",
+            f"{d['ttft_s']:.3f}",
+            f"{s['ttft_s']:.3f}",
+        ]
+        print(f"| {level} | " + " | ".join(cells) + " |", flush=True)
+        self._write()
+
+    def reuse(self, result: dict[str, float]) -> None:
+        self.prefix_reuse = result
+        print(f"prefix reuse: {result}", flush=True)
+        self._write()
+
+    def _write(self) -> None:
+        if self.json_path:
+            data = {"levels": self.rows, "prefix_reuse": self.prefix_reuse}
+            self.json_path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+def measure(
+    model_dir: Path, tokens: int, rounds: int, at: Sequence[int], log_dir: Path, report: Report
+) -> None:
     direct = Direct(model_dir)
     port = free_port()
     config = write_config(
@@ -182,7 +234,8 @@ def measure(model_dir: Path, tokens: int, rounds: int, log_dir: Path) -> dict[st
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, proc, deadline_s=400)
-        return {"levels": levels(url, direct, tokens, rounds), "prefix_reuse": _prefix_reuse(url)}
+        levels(url, direct, tokens, rounds, at, report.level)
+        report.reuse(_prefix_reuse(url))
     finally:
         proc.stop()
         direct.close()
@@ -194,32 +247,13 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--levels", default=",".join(map(str, LEVELS)), help="comma-separated concurrencies")
     args = parser.parse_args()
-    log_dir = Path(tempfile.mkdtemp(prefix="exl3-bench-"))
-    if args.json:
-        log_dir = args.json.parent
-    result = measure(args.model, args.tokens, args.rounds, log_dir)
-    rows = []
-    print("| concurrent | direct tok/s | server tok/s | ratio | direct TTFT s | server TTFT s |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    for level, sides in result["levels"].items():
-        d, s = sides["direct"], sides["server"]
-        ratio = s["tok_s"] / d["tok_s"]
-        rows.append(
-            {"concurrent": level, "direct": d, "server": s, "ratio": ratio, "rounds": sides["rounds"]}
-        )
-        cells = [
-            f"{d['tok_s']:.0f}",
-            f"{s['tok_s']:.0f}",
-            f"{ratio:.2f}",
-            f"{d['ttft_s']:.3f}",
-            f"{s['ttft_s']:.3f}",
-        ]
-        print(f"| {level} | " + " | ".join(cells) + " |")
-    reuse = result["prefix_reuse"]
-    print(f"prefix reuse: {reuse}")
-    if args.json:
-        args.json.write_text(json.dumps({"levels": rows, "prefix_reuse": reuse}, indent=2) + "\n")
+    at = [int(n) for n in args.levels.split(",")]
+    if not at or any(n < 1 or n > max(LEVELS) for n in at):
+        parser.error(f"--levels: each level must be between 1 and {max(LEVELS)}")
+    log_dir = args.json.parent if args.json else Path(tempfile.mkdtemp(prefix="exl3-bench-"))
+    measure(args.model, args.tokens, args.rounds, at, log_dir, Report(args.json))
 
 
 if __name__ == "__main__":

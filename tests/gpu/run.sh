@@ -8,7 +8,8 @@
 # 4. runs tests/gpu and the benchmark; logs and results land in OUT_DIR.
 # STEPS (default "tests bench bench-large") picks what step 4 runs, PYTEST_K narrows the tests
 # (a -k expression: "tp2 or video"), PYTEST_ARGS adds pytest options; MODEL_DIR reuses a
-# converted model; each step has its own time limit. bench-large writes the ~2.1B bench-size
+# converted model, BENCH_ARGS adds benchmark options ("--levels 8,16 --rounds 2"); each step has
+# its own time limit. bench-large writes the ~2.1B bench-size
 # fixture on the GPU and benchmarks it unconverted (bf16).
 set -uo pipefail
 OUT=${1:?usage: tests/gpu/run.sh OUT_DIR}
@@ -64,7 +65,7 @@ for step in $STEPS; do
         2>&1 | tee "$OUT/pytest.log" | tail -40 || rc=1 ;;
     bench)
       log "benchmark"
-      timeout "${BENCH_TIMEOUT:-240}" python3 tests/bench/exllamav3_bench.py "$MODEL" --json "$OUT/bench.json" \
+      timeout "${BENCH_TIMEOUT:-240}" python3 tests/bench/exllamav3_bench.py "$MODEL" --json "$OUT/bench.json" ${BENCH_ARGS:-} \
         2>&1 | tee "$OUT/bench.log" | tail -20 || rc=1 ;;
     bench-large)
       log "writing the bench-size fixture (bf16, on the GPU)"
@@ -73,7 +74,7 @@ for step in $STEPS; do
         >>"$OUT/bench-large.log" 2>&1 || { log "writing it failed (bench-large.log)"; rc=1; continue; }
       log "benchmark, bench-size fixture"
       timeout "${BENCH_LARGE_TIMEOUT:-240}" python3 tests/bench/exllamav3_bench.py "$LARGE" \
-        --json "$OUT/bench-large.json" 2>&1 | tee -a "$OUT/bench-large.log" | tail -20 || rc=1 ;;
+        --json "$OUT/bench-large.json" ${BENCH_ARGS:-} 2>&1 | tee -a "$OUT/bench-large.log" | tail -20 || rc=1 ;;
   esac
 done
 log "done rc=$rc"

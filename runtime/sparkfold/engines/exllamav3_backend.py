@@ -60,6 +60,8 @@ PAGE_TOKENS = 256
 """exllamav3's cache page: pools and windows are whole pages."""
 GIB = 1024**3
 IDLE_WAIT_S = 0.5
+GATHER_SPAN = 8
+"""A burst is gathered for at most ``GATHER_SPAN`` × ``gather_s`` in all."""
 STATS_EVERY_S = 0.5
 LOOP_GUARD = (64, 4)
 """``stop_on_loop``: a window of 64 tokens repeated 4 times ends the reply (exllamav3's loop guard)."""
@@ -352,6 +354,7 @@ class Exllamav3Generator(ThreadedEngine[_Request]):
         vocab_size: int,
         tp: int = 1,
         stop_on_loop: bool = False,
+        gather_s: float = 0.0,
         glm: Any = None,
         vision: Any = None,
         on_fatal: Callable[[str], None] | None = None,
@@ -371,6 +374,7 @@ class Exllamav3Generator(ThreadedEngine[_Request]):
         self.tp = tp
         self.glm = glm
         self._stop_on_loop = stop_on_loop
+        self._gather_s = gather_s
         self._on_fatal = on_fatal
         self._running: dict[Any, _Request] = {}
         self._snapshot = _Snapshot()
@@ -441,7 +445,7 @@ class Exllamav3Generator(ThreadedEngine[_Request]):
                     except queue.Empty:
                         self._take_snapshot()
                         continue
-                    if first is None or not self._admit(first):
+                    if first is None or not self._admit(first) or not self._gather():
                         break
                 if not self._drain_inbox():
                     break
@@ -456,6 +460,28 @@ class Exllamav3Generator(ThreadedEngine[_Request]):
         except Exception as exc:
             log.exception("engine stopped")
             self._fail(f"engine stopped: {exc}")
+
+    def _gather(self) -> bool:
+        """Admit the rest of a burst before the first step; ``False`` when asked to stop.
+
+        exllamav3 prefills every waiting prompt at once only while nothing generates yet; a prompt
+        that arrives one step later waits its turn under the prefill cooldown. So an idle engine
+        that just got a request keeps taking requests until none came for ``gather_s``.
+        """
+        if self._gather_s <= 0:
+            return True
+        deadline = time.monotonic() + GATHER_SPAN * self._gather_s
+        while len(self._running) < self.parallel:
+            wait = min(self._gather_s, deadline - time.monotonic())
+            if wait <= 0:
+                return True
+            try:
+                request = self._inbox.get(timeout=wait)
+            except queue.Empty:
+                return True
+            if not self._admit(request):
+                return False
+        return True
 
     def _drain_inbox(self) -> bool:
         """Admit what waits; ``False`` when asked to stop."""
@@ -739,6 +765,7 @@ def load(settings: EngineSettings, on_fatal: Callable[[str], None] | None = None
     common = {
         "max_batch_size": settings.parallel,
         "max_chunk_size": x.chunk_tokens,
+        "prefill_cooldown": x.prefill_cooldown,
         "recurrent_cache_size": int(x.recurrent_cache_gib * GIB),
     }
     if x.checkpoint_interval:
@@ -785,6 +812,7 @@ def load(settings: EngineSettings, on_fatal: Callable[[str], None] | None = None
         vocab_size=vocab_size,
         tp=devices,
         stop_on_loop=x.stop_on_loop,
+        gather_s=x.gather_ms / 1000,
         glm=_glm_chat(
             settings,
             directory,

@@ -132,6 +132,8 @@ class FakeGenerator:
     jobs: list[FakeJob] = field(default_factory=list)
     cancelled: list[FakeJob] = field(default_factory=list)
     seen: list[FakeJob] = field(default_factory=list)
+    batches: list[int] = field(default_factory=list)
+    """How many jobs each ``iterate`` call found."""
     cached: int = 0
 
     def enqueue(self, job: FakeJob) -> None:
@@ -151,6 +153,7 @@ class FakeGenerator:
         return {"max_tokens": 4096, "free_tokens": 4096 - 256 * len(self.jobs), "cached_tokens": 512}
 
     def iterate(self) -> list[dict[str, Any]]:
+        self.batches.append(len(self.jobs))
         results = []
         for job in list(self.jobs):
             out = []
@@ -199,7 +202,7 @@ class Tok:
 
 
 def make(
-    parallel: int = 2, plain: bool = False
+    parallel: int = 2, plain: bool = False, gather_s: float = 0.0
 ) -> tuple[backend.Exllamav3Generator, dict[str, FakeGenerator]]:
     fakes = {"main": FakeGenerator(cached=256)}
     lanes = [backend.Lane("main", fakes["main"], 4096, drafts=plain)]
@@ -215,6 +218,7 @@ def make(
         parallel=parallel,
         eos_token_ids=frozenset({99}),
         vocab_size=128,
+        gather_s=gather_s,
     )
     return generator, fakes
 
@@ -273,6 +277,42 @@ def test_past_parallel_requests_get_capacity_errors() -> None:
         generator.close()
     assert sum(isinstance(o, CapacityError) for o in outcomes) == 1
     assert sum(isinstance(o, list) and len(o) == 50 for o in outcomes) == 1
+
+
+async def _staggered(generator: backend.Exllamav3Generator, prompts: list[int], gap_s: float) -> list[Any]:
+    """One request per prompt, each sent ``gap_s`` after the one before."""
+
+    async def one(n: int, prompt: int) -> list[int]:
+        await asyncio.sleep(n * gap_s)
+        return await collect(generator, [prompt], SamplingParams(max_tokens=4))
+
+    return await asyncio.gather(*(one(n, p) for n, p in enumerate(prompts)))
+
+
+def test_an_idle_engine_gathers_a_burst_into_its_first_step() -> None:
+    # requests 50 ms apart, a 0.5 s gather: all three are enqueued before the first iterate
+    # (without the gather the first request would start alone and the others wait for the cooldown)
+    generator, fakes = make(parallel=4, gather_s=0.5)
+    try:
+        replies = asyncio.run(_staggered(generator, [10, 20, 30], gap_s=0.05))
+    finally:
+        generator.close()
+    assert replies == [[11, 12, 13, 14], [21, 22, 23, 24], [31, 32, 33, 34]]
+    assert fakes["main"].batches[0] == 3
+
+
+def test_the_gather_ends_once_every_lane_is_taken() -> None:
+    # a 60 s gather would outlast the bound below unless a full house ends it
+    generator, fakes = make(parallel=2, gather_s=60)
+
+    async def two() -> list[Any]:
+        return await asyncio.wait_for(_staggered(generator, [10, 20], gap_s=0.01), timeout=20)
+
+    try:
+        assert asyncio.run(two()) == [[11, 12, 13, 14], [21, 22, 23, 24]]
+    finally:
+        generator.close()
+    assert fakes["main"].batches[0] == 2
 
 
 def test_a_job_exllamav3_refuses_fails_alone() -> None:
