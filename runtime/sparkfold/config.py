@@ -119,10 +119,16 @@ class Exllamav3Settings(_Section):
     )
     chunk_tokens: int = Field(2048, ge=256, description="prefill chunk size (multiple of 256)")
     prefill_cooldown: int = Field(
-        4,
+        0,
         ge=0,
-        description="while replies stream, a new prompt gets one prefill pass every N + 1 steps (exllamav3's "
-        "prefill_cooldown): higher keeps running streams smooth, lower starts new requests sooner",
+        description="while replies stream, prompts that arrive are prefilled one at a time, a pass every "
+        "N + 1 steps (exllamav3's prefill_cooldown); 0 with shared_chunk_tokens = 0: every step, all of them",
+    )
+    shared_chunk_tokens: int = Field(
+        0,
+        ge=0,
+        description="prefill chunk of a prompt that arrives while replies stream (multiple of 256); "
+        "0 = chunk_tokens",
     )
     gather_ms: float = Field(
         3.0,
@@ -174,12 +180,15 @@ class Exllamav3Settings(_Section):
         for name in (
             "pool_tokens",
             "chunk_tokens",
+            "shared_chunk_tokens",
             "checkpoint_interval",
             "prefill_checkpoint_interval",
             "plain_pool_tokens",
         ):
             if getattr(self, name) % 256:
                 raise ValueError(f"{name} must be a multiple of 256 (exllamav3's page size)")
+        if self.shared_chunk_tokens > self.chunk_tokens:
+            raise ValueError("shared_chunk_tokens must not exceed chunk_tokens")
         if self.disk_cache_dir is not None and not self.cpu_cache_gib:
             raise ValueError(
                 "disk_cache_dir needs cpu_cache_gib > 0 (the disk tier sits behind the host tier)"

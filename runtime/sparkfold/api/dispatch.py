@@ -19,9 +19,11 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
-from starlette.types import Receive, Scope, Send
+from starlette.responses import Response
+from starlette.types import Scope
 
 from sparkfold.api.errors import ClientError, InvalidRequest, error_response, invalid_fields
+from sparkfold.asgi import DirectRoutes
 
 __all__ = ["Dispatch", "parse_body"]
 
@@ -85,34 +87,28 @@ class _Direct:
         self.request_name = dependant.request_param_name
         self.endpoint = route.endpoint
 
+    async def handle(self, request: Request) -> Response:
+        """Validate the body as FastAPI would (400 in the route's dialect), then call the endpoint."""
+        body = request.scope.get("state", {}).get("body")  # BodyLimit read it already
+        if body is None:
+            body = await request.body()
+        parsed = parse_body(self.model, body, _content_type(request.scope))
+        if isinstance(parsed, ClientError):
+            return error_response(parsed, request.scope["path"])
+        response: Response = await self.endpoint(**{self.body_name: parsed, self.request_name: request})
+        return response
 
-class Dispatch:
+
+class Dispatch(DirectRoutes):
     """ASGI: POSTs to ``paths`` run their FastAPI endpoint directly; the rest go to ``app``."""
 
     def __init__(self, app: FastAPI, *, routes: Iterable[Any], paths: Iterable[str]) -> None:
-        self.app = app
         wanted = frozenset(paths)
-        self.routes = {
+        found = {
             route.path: _Direct(route)
             for route in routes
             if isinstance(route, APIRoute) and route.path in wanted and "POST" in (route.methods or ())
         }
-        if missing := wanted - self.routes.keys():
+        if missing := wanted - found.keys():
             raise ValueError(f"no POST route for {sorted(missing)}")
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        direct = self.routes.get(scope["path"]) if scope["type"] == "http" else None
-        if direct is None or scope["method"] != "POST":
-            await self.app(scope, receive, send)
-            return
-        scope["app"] = self.app  # what Request.app (and so api.state.gateway) reads
-        request = Request(scope, receive)
-        body = scope.get("state", {}).get("body")  # BodyLimit read it already
-        if body is None:
-            body = await request.body()
-        parsed = parse_body(direct.model, body, _content_type(scope))
-        if isinstance(parsed, ClientError):
-            response = error_response(parsed, scope["path"])
-        else:
-            response = await direct.endpoint(**{direct.body_name: parsed, direct.request_name: request})
-        await response(scope, receive, send)
+        super().__init__(app, {path: direct.handle for path, direct in found.items()})

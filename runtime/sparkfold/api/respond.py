@@ -1,7 +1,7 @@
 """Turning a serving result into HTTP: the one mapping every router uses.
 
 ``dict`` -> JSON 200; :class:`~sparkfold.api.errors.ApiError` -> its status and JSON error in
-the route's dialect; :class:`~sparkfold.api.streaming.EventStream` -> ``text/event-stream``.
+the route's dialect; :class:`~sparkfold.asgi.EventStream` -> ``text/event-stream``.
 """
 
 from __future__ import annotations
@@ -9,25 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 from starlette.responses import JSONResponse, Response
-from starlette.types import Receive, Scope, Send
 
 from sparkfold.api.errors import ApiError, error_response
-from sparkfold.api.streaming import EventStream, SSEResponse
+from sparkfold.asgi import EventStream, StreamResponse
 
-__all__ = ["StreamResponse", "respond"]
-
-
-class StreamResponse(Response):
-    """A starlette Response wrapper around :class:`SSEResponse` (so frameworks pass it through)."""
-
-    media_type = "text/event-stream"
-
-    def __init__(self, stream: EventStream) -> None:
-        super().__init__(status_code=200)
-        self._sse = SSEResponse(stream)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self._sse(scope, receive, send)
+__all__ = ["respond"]
 
 
 def respond(result: dict[str, Any] | ApiError | EventStream, path: str) -> Response:

@@ -766,6 +766,7 @@ def load(settings: EngineSettings, on_fatal: Callable[[str], None] | None = None
         "max_batch_size": settings.parallel,
         "max_chunk_size": x.chunk_tokens,
         "prefill_cooldown": x.prefill_cooldown,
+        "shared_chunk_size": x.shared_chunk_tokens or x.chunk_tokens,
         "recurrent_cache_size": int(x.recurrent_cache_gib * GIB),
     }
     if x.checkpoint_interval:

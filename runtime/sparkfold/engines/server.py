@@ -15,10 +15,11 @@ from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request, Response
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException
 
+from sparkfold.asgi import SSE_HEADERS, DirectRoutes, EventStream, StreamResponse
 from sparkfold.engines.generator import CapacityError, EngineFailure
 from sparkfold.engines.output import OutputParser
 from sparkfold.engines.serving import ApiError, EngineService, Outcome, Prepared
@@ -51,7 +52,16 @@ __all__ = ["create_app"]
 log = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=BaseModel)
-_STREAM_HEADERS = {"Cache-Control": "no-cache", "Connection": "close"}
+_STREAM_HEADERS = (*SSE_HEADERS, (b"connection", b"close"))
+
+
+async def _nothing_to_release() -> None:
+    return None
+
+
+def _stream(events: AsyncIterator[bytes]) -> StreamResponse:
+    """SSE that stops the generation when the client leaves (closing ``events`` cancels it)."""
+    return StreamResponse(EventStream(events, _nothing_to_release), _STREAM_HEADERS)
 
 
 def _error(error: ApiError) -> JSONResponse:
@@ -84,8 +94,8 @@ def _outcome_error(exc: BaseException) -> ApiError:
     return ApiError(500, f"generation failed: {exc}", None, "engine_error", "server_error")
 
 
-def create_app(service: EngineService) -> FastAPI:
-    """The engine server's ASGI app."""
+def create_app(service: EngineService) -> DirectRoutes:
+    """The engine server's ASGI app: FastAPI, with the two generating routes run directly."""
     app = FastAPI(title="sparkfold engine", docs_url=None, redoc_url=None, openapi_url=None)
     name = service.served_name
 
@@ -157,11 +167,7 @@ def create_app(service: EngineService) -> FastAPI:
         parser = prepared.parser
         if body.stream:
             usage_chunk = bool((body.stream_options or {}).get("include_usage"))
-            return StreamingResponse(
-                _chat_stream(service, prepared, parser, usage_chunk),
-                media_type="text/event-stream",
-                headers=_STREAM_HEADERS,
-            )
+            return _stream(_chat_stream(service, prepared, parser, usage_chunk))
         try:
             deltas, outcome = await _collect_chat(service, prepared, parser)
         except Exception as exc:
@@ -185,11 +191,7 @@ def create_app(service: EngineService) -> FastAPI:
             return _error(prepared)
         if body.stream:
             usage_chunk = bool((body.stream_options or {}).get("include_usage"))
-            return StreamingResponse(
-                _completion_stream(service, prepared, usage_chunk),
-                media_type="text/event-stream",
-                headers=_STREAM_HEADERS,
-            )
+            return _stream(_completion_stream(service, prepared, usage_chunk))
         pieces: list[str] = []
         try:
             async for item in service.run(prepared):
@@ -207,7 +209,7 @@ def create_app(service: EngineService) -> FastAPI:
         )
         return JSONResponse(answer.model_dump(exclude_none=True))
 
-    return app
+    return DirectRoutes(app, {"/v1/chat/completions": chat, "/v1/completions": completions})
 
 
 def _usage(outcome: Outcome) -> Usage:

@@ -90,6 +90,10 @@ def test_settings_validate_pages_and_one_draft_source() -> None:
         Exllamav3Settings(mtp=True, ngram=3)
     with pytest.raises(ValueError, match="cpu_cache_gib"):
         Exllamav3Settings(disk_cache_dir="/var/cache/x")
+    with pytest.raises(ValueError, match="shared_chunk_tokens must be a multiple of 256"):
+        Exllamav3Settings(shared_chunk_tokens=1000)
+    with pytest.raises(ValueError, match="must not exceed chunk_tokens"):
+        Exllamav3Settings(chunk_tokens=1024, shared_chunk_tokens=2048)
     assert Exllamav3Settings(ngram=3).drafts and not Exllamav3Settings().drafts
 
 

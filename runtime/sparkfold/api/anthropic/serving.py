@@ -10,8 +10,8 @@ from sparkfold.api.anthropic.translate import from_chat, to_chat, to_chat_messag
 from sparkfold.api.context import CallContext
 from sparkfold.api.errors import ApiError, InvalidRequest, UpstreamError
 from sparkfold.api.openai.serving import ChatServing, log_ignored
-from sparkfold.api.streaming import EventStream
 from sparkfold.api.upstream import Engine
+from sparkfold.asgi import EventStream
 
 __all__ = ["MessagesServing"]
 

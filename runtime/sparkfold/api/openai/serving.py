@@ -26,9 +26,10 @@ from sparkfold.api.openai.protocol import (
     TokenizeRequest,
 )
 from sparkfold.api.reasoning import reasoning_controls
-from sparkfold.api.streaming import KEEPALIVE_COMMENT, EventStream
+from sparkfold.api.streaming import KEEPALIVE_COMMENT
 from sparkfold.api.tools import Toolbox
 from sparkfold.api.upstream import Engine
+from sparkfold.asgi import EventStream
 from sparkfold.protocol import SSE_DONE, ignored_fields, sse_event
 
 __all__ = ["ChatServing", "CompletionServing", "PreparedChat", "UtilityServing", "log_ignored", "openai_sse"]

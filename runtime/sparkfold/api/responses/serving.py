@@ -11,7 +11,7 @@ from sparkfold.api.responses.protocol import ResponsesRequest
 from sparkfold.api.responses.store import ResponseStore
 from sparkfold.api.responses.stream import responses_sse
 from sparkfold.api.responses.translate import output_items, response_object, to_chat
-from sparkfold.api.streaming import EventStream
+from sparkfold.asgi import EventStream
 from sparkfold.protocol import new_id
 
 __all__ = ["ResponsesServing"]

@@ -1,0 +1,195 @@
+"""The harness both engine benchmarks share: the same load sent to an engine server and to a loop
+that drives the engine directly (no HTTP), measured in turns, level by level.
+
+A direct loop is anything with ``round(texts, tokens) -> {"tok_s": …, "ttft_s": …}`` that runs
+the texts as concurrent jobs of exactly ``tokens`` greedy tokens each. The server side streams the
+same kind of prompts as ``/v1/completions`` with ``ignore_eos``. At each level, each side runs one
+short warm-up round (first-use costs are not what is measured), then ``rounds`` measured rounds in
+turns; each side's medians count, and ratio = server / direct. Every prompt is new.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import httpx
+
+__all__ = [
+    "LEVELS",
+    "DirectLoop",
+    "GeneratorLoop",
+    "Report",
+    "add_arguments",
+    "levels",
+    "parse_levels",
+    "prompts",
+    "server_round",
+]
+
+LEVELS = (1, 4, 8, 16)
+PROMPT_WORDS = 100
+WARM_TOKENS = 16
+
+
+class DirectLoop(Protocol):
+    def round(self, texts: list[str], tokens: int) -> dict[str, float]: ...
+
+
+class GeneratorLoop:
+    """An exllamav3-shaped generator driven directly: a round enqueues its jobs together and
+    iterates until done, counting tokens and each job's time to its first one."""
+
+    def __init__(self, exl: Any, torch: Any, generator: Any, hf: Any) -> None:
+        self.exl, self.torch, self.generator, self.hf = exl, torch, generator, hf
+
+    def round(self, texts: list[str], tokens: int) -> dict[str, float]:
+        exl, torch = self.exl, self.torch
+        jobs = [
+            exl.Job(
+                torch.tensor([self.hf.encode(text)], dtype=torch.long),
+                max_new_tokens=tokens,
+                sampler=exl.ArgmaxSampler(),
+                stop_conditions=[],
+            )
+            for text in texts
+        ]
+        started = time.perf_counter()
+        first: dict[Any, float] = {}
+        generated = 0
+        self.generator.enqueue(jobs)
+        while self.generator.num_remaining_jobs():
+            for result in self.generator.iterate():
+                ids = result.get("token_ids")
+                if ids is not None and ids.numel():
+                    first.setdefault(result["job"], time.perf_counter() - started)
+                    generated += int(ids.numel())
+        wall = time.perf_counter() - started
+        return {"tok_s": generated / wall, "ttft_s": statistics.mean(first.values())}
+
+
+def prompts(count: int, tag: str) -> list[str]:
+    """``count`` new ~100-word prompts; ``tag`` makes them unlike every other round's."""
+    rng = random.Random(0)
+    words = ["amber", "basalt", "cinder", "delta", "ember", "fjord", "granite", "harbor", "iris", "jade"]
+    return [f"{tag}-{i} " + " ".join(rng.choice(words) for _ in range(PROMPT_WORDS)) for i in range(count)]
+
+
+async def _stream(client: httpx.AsyncClient, prompt: str, tokens: int) -> tuple[float, int]:
+    body = {"prompt": prompt, "max_tokens": tokens, "temperature": 0, "ignore_eos": True, "stream": True}
+    started = time.perf_counter()
+    ttft = 0.0
+    count = 0
+    async with client.stream("POST", "/v1/completions", json=body) as response:
+        async for line in response.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            event = json.loads(line[6:])
+            if event.get("usage"):
+                count = int(event["usage"]["completion_tokens"])
+            elif not ttft and event.get("choices") and event["choices"][0].get("text"):
+                ttft = time.perf_counter() - started
+    return ttft, count
+
+
+async def server_round(url: str, texts: list[str], tokens: int) -> dict[str, float]:
+    async with httpx.AsyncClient(
+        base_url=url, timeout=600, limits=httpx.Limits(max_connections=64)
+    ) as client:
+        started = time.perf_counter()
+        done = await asyncio.gather(*(_stream(client, t, tokens) for t in texts))
+        wall = time.perf_counter() - started
+    return {
+        "tok_s": sum(c for _, c in done) / wall,
+        "ttft_s": statistics.mean(t for t, _ in done),
+        "wall_s": wall,
+    }
+
+
+def _median(rounds: list[dict[str, float]]) -> dict[str, float]:  # of tok_s and ttft_s
+    return {key: statistics.median(r[key] for r in rounds) for key in ("tok_s", "ttft_s")}
+
+
+def levels(
+    url: str,
+    direct: DirectLoop,
+    tokens: int,
+    rounds: int,
+    at: Sequence[int] = LEVELS,
+    on_level: Callable[[int, dict[str, Any]], None] = lambda level, sides: None,
+) -> dict[int, dict[str, Any]]:
+    """Both sides at every level: a warm-up round each, then ``rounds`` measured rounds in turns."""
+    out: dict[int, dict[str, Any]] = {}
+    for level in at:
+        asyncio.run(server_round(url, prompts(level, f"warm-s{level}"), WARM_TOKENS))
+        direct.round(prompts(level, f"warm-d{level}"), WARM_TOKENS)
+        runs: dict[str, list[dict[str, float]]] = {"server": [], "direct": []}
+        for r in range(rounds):
+            runs["server"].append(asyncio.run(server_round(url, prompts(level, f"s{level}-{r}"), tokens)))
+            runs["direct"].append(direct.round(prompts(level, f"d{level}-{r}"), tokens))
+        out[level] = {side: _median(rs) for side, rs in runs.items()}
+        out[level]["rounds"] = runs
+        on_level(level, out[level])
+    return out
+
+
+class Report:
+    """Prints each level's row as it comes, and keeps the JSON file up to date."""
+
+    def __init__(self, json_path: Path | None) -> None:
+        self.json_path = json_path
+        self.rows: list[dict[str, Any]] = []
+        self.prefix_reuse: dict[str, float] | None = None
+        print("| concurrent | direct tok/s | server tok/s | ratio | direct TTFT s | server TTFT s |")
+        print("| --- | --- | --- | --- | --- | --- |", flush=True)
+
+    def level(self, level: int, sides: dict[str, Any]) -> None:
+        d, s = sides["direct"], sides["server"]
+        ratio = s["tok_s"] / d["tok_s"]
+        self.rows.append(
+            {"concurrent": level, "direct": d, "server": s, "ratio": ratio, "rounds": sides["rounds"]}
+        )
+        cells = [
+            f"{d['tok_s']:.0f}",
+            f"{s['tok_s']:.0f}",
+            f"{ratio:.2f}",
+            f"{d['ttft_s']:.3f}",
+            f"{s['ttft_s']:.3f}",
+        ]
+        print(f"| {level} | " + " | ".join(cells) + " |", flush=True)
+        self._write()
+
+    def reuse(self, result: dict[str, float]) -> None:
+        self.prefix_reuse = result
+        print(f"prefix reuse: {result}", flush=True)
+        self._write()
+
+    def _write(self) -> None:
+        if self.json_path:
+            data = {"levels": self.rows, "prefix_reuse": self.prefix_reuse}
+            self.json_path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--json``, ``--tokens``, ``--rounds`` and ``--levels``."""
+    parser.add_argument("--json", type=Path, help="write the results here (rewritten after every level)")
+    parser.add_argument("--tokens", type=int, default=128, help="tokens per request")
+    parser.add_argument("--rounds", type=int, default=4, help="measured rounds per side and level")
+    parser.add_argument("--levels", default=",".join(map(str, LEVELS)), help="comma-separated concurrencies")
+
+
+def parse_levels(parser: argparse.ArgumentParser, text: str) -> list[int]:
+    try:
+        at = [int(n) for n in text.split(",")]
+    except ValueError:
+        at = []
+    if not at or any(n < 1 or n > max(LEVELS) for n in at):
+        parser.error(f"--levels: a comma-separated list of concurrencies from 1 to {max(LEVELS)}")
+    return at
