@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
@@ -39,6 +40,7 @@ from sparkfold.protocol import (
     ModelCard,
     ModelList,
     ResponseMessage,
+    TextEvents,
     TokenizeRequest,
     TokenizeResponse,
     ToolCall,
@@ -256,11 +258,27 @@ def _error_event(exc: BaseException) -> bytes:
 async def _chat_stream(
     service: EngineService, prepared: Prepared, parser: OutputParser, usage_chunk: bool
 ) -> AsyncIterator[bytes]:
-    ident, name = new_id(), service.served_name
+    ident, name, created = new_id(), service.served_name, int(time.time())
+
+    def event(choices: list[ChunkChoice], **extra: Any) -> ChatCompletionChunk:
+        return ChatCompletionChunk(id=ident, model=name, created=created, choices=choices, **extra)
 
     def chunk(delta: Delta, finish: str | None = None, **extra: Any) -> bytes:
         choice = ChunkChoice(delta=delta, finish_reason=finish)  # type: ignore[arg-type]
-        return sse_event(ChatCompletionChunk(id=ident, model=name, choices=[choice], **extra))
+        return sse_event(event([choice], **extra))
+
+    def text_events(field: str) -> TextEvents:
+        return TextEvents(event([ChunkChoice(delta=Delta(**{field: TextEvents.MARKER}))]))
+
+    content, reasoning = text_events("content"), text_events("reasoning_content")
+
+    def delta_event(delta: Delta) -> bytes:  # a token's text as content or reasoning: the fast path
+        if delta.role is None and delta.tool_calls is None:
+            if delta.reasoning_content is None and delta.content is not None:
+                return content(delta.content)
+            if delta.content is None and delta.reasoning_content is not None:
+                return reasoning(delta.reasoning_content)
+        return chunk(delta)
 
     yield chunk(Delta(role="assistant", content=""))
     try:
@@ -272,10 +290,10 @@ async def _chat_stream(
                 usage = _usage(item)
                 yield chunk(Delta(), finish or item.finish_reason, usage=usage, tensorfold=item.stats())
                 if usage_chunk:
-                    yield sse_event(ChatCompletionChunk(id=ident, model=name, choices=[], usage=usage))
+                    yield sse_event(event([], usage=usage))
             else:
                 for delta in parser.feed(item):
-                    yield chunk(delta)
+                    yield delta_event(delta)
     except Exception as exc:
         yield _error_event(exc)
     yield SSE_DONE
@@ -284,11 +302,15 @@ async def _chat_stream(
 async def _completion_stream(
     service: EngineService, prepared: Prepared, usage_chunk: bool
 ) -> AsyncIterator[bytes]:
-    ident, name = new_id("cmpl"), service.served_name
+    ident, name, created = new_id("cmpl"), service.served_name, int(time.time())
 
     def chunk(text: str, finish: str | None = None, **extra: Any) -> bytes:
         choice = CompletionChoice(text=text, finish_reason=finish)  # type: ignore[arg-type]
-        return sse_event(Completion(id=ident, model=name, choices=[choice], **extra))
+        return sse_event(Completion(id=ident, model=name, created=created, choices=[choice], **extra))
+
+    text_event = TextEvents(
+        Completion(id=ident, model=name, created=created, choices=[CompletionChoice(text=TextEvents.MARKER)])
+    )
 
     try:
         async for item in service.run(prepared):
@@ -298,7 +320,7 @@ async def _completion_stream(
                 if usage_chunk:
                     yield sse_event(Completion(id=ident, model=name, choices=[], usage=usage))
             else:
-                yield chunk(item)
+                yield text_event(item)
     except Exception as exc:
         yield _error_event(exc)
     yield SSE_DONE
