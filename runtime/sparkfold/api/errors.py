@@ -25,6 +25,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pydantic import ValidationError
 from starlette.responses import JSONResponse
 
 __all__ = [
@@ -133,6 +134,14 @@ class UpstreamUnavailable(UpstreamError):
 class UpstreamTimeout(UpstreamError):
     status = 504
     type = "upstream_timeout"
+
+
+def untranslatable(exc: ValidationError) -> InvalidRequest:
+    """A request of another dialect that does not translate into a valid chat request: one 400 that
+    names the first field the chat request refused."""
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first.get("loc", ()))
+    return InvalidRequest(f"cannot translate the request: {where}: {first.get('msg')}", param=where or None)
 
 
 def invalid_fields(errors: Sequence[Mapping[str, Any]]) -> InvalidRequest:
