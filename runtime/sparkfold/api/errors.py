@@ -45,6 +45,7 @@ __all__ = [
     "error_response",
     "invalid_fields",
     "is_anthropic_path",
+    "untranslatable",
 ]
 
 RETRY_AFTER_S = 5
