@@ -1,6 +1,6 @@
 # sparkfold: the two commands a new user needs, plus the pieces they are made of.
 #   make demo   build everything needed and serve the demo model (see README)
-#   make test   lint and run the whole test suite
+#   make test   lint (ruff, mypy) and run the whole test suite
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -23,6 +23,7 @@ $(STAMP): pyproject.toml
 lint: venv
 	$(VENV)/bin/ruff check runtime tests
 	$(VENV)/bin/ruff format --check runtime tests
+	$(VENV)/bin/mypy runtime
 
 test: lint
 	$(VENV)/bin/pytest tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc

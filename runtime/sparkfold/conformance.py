@@ -127,7 +127,7 @@ class _Suite:
 
     def chat_stream(self) -> str:
         events = self.stream_events()
-        _require(events and events[-1] == "[DONE]", "stream does not end with data: [DONE]")
+        _require(bool(events) and events[-1] == "[DONE]", "stream does not end with data: [DONE]")
         chunks = [json.loads(e) for e in events[:-1]]
         _require(bool(chunks), "no chunks before [DONE]")
         _require(
@@ -209,7 +209,8 @@ class _Suite:
         response = self.client.post("/tokenize", json={"model": self.model, "prompt": "hello world"})
         data = _json(response)
         tokens = data.get("tokens")
-        _require(isinstance(tokens, list) and data.get("count") == len(tokens), "tokens/count missing")
+        if not isinstance(tokens, list) or data.get("count") != len(tokens):
+            raise ConformanceFailure("tokens/count missing")
         back = _json(self.client.post("/detokenize", json={"model": self.model, "tokens": tokens}))
         _require("hello world" in str(back.get("prompt")), f"detokenize gave {back.get('prompt')!r}")
         return f"{len(tokens)} tokens, round trip ok"

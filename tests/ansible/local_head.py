@@ -1,13 +1,50 @@
-"""A one-node inventory for role tests on this host: the head ``h1`` over a local connection, tp 1,
-the tensorfold engine, its own control-host folder."""
+"""Role tests on this host: a one-node inventory (the head ``h1`` over a local connection, tp 1, the
+tensorfold engine, its own control-host folder) and the venv's ansible tools run from the repo."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+BIN = Path(sys.executable).parent
+
+
+def ansible(
+    repo: Path, tool: str, *args: str, env: Mapping[str, str | None] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``tool`` (``ansible-playbook`` …) of this venv in ``repo`` with its ansible.cfg, without colour.
+
+    ``env`` adds to this process's environment; a ``None`` value removes that variable.
+    """
+    environ = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(repo / "ansible.cfg"),
+        "ANSIBLE_NOCOLOR": "1",
+        **(env or {}),
+    }
+    return subprocess.run(
+        [str(BIN / tool), *args],
+        cwd=repo,
+        env={key: value for key, value in environ.items() if value is not None},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+def fake_tools(repo: Path, calls: Path) -> dict[str, str]:
+    """Environment that puts the fake ``docker`` and ``systemctl`` first on PATH, recording into ``calls``."""
+    return {
+        "PATH": f"{repo / 'tests/ansible/fakes'}:{BIN}:{os.environ['PATH']}",
+        "FAKE_DOCKER_DIR": str(calls),
+    }
 
 
 def write_inventory(folder: Path, **group_vars: Any) -> Path:

@@ -3,28 +3,19 @@
 from __future__ import annotations
 
 import ipaddress
-import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from local_head import ansible
 
 from sparkfold.config import engine_fingerprint, load
 
 STAGES = ["preflight", "fabric", "image", "weights", "runtime", "service", "verify"]
 ROLES = ["sparkfold", *(f"sparkfold_{stage}" for stage in STAGES), "sparkfold_testbed"]
-BIN = Path(sys.executable).parent
-
-
-def ansible(repo: Path, tool: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "ANSIBLE_CONFIG": str(repo / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
-    return subprocess.run(
-        [str(BIN / tool), *args], cwd=repo, env=env, capture_output=True, text=True, timeout=600, check=False
-    )
 
 
 @pytest.mark.slow

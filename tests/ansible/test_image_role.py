@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from local_head import write_inventory
+from local_head import ansible, fake_tools, write_inventory
 
-BIN = Path(sys.executable).parent
 IMAGE = "sparkfold-tensorfold:v0.6.0"
 
 
@@ -56,17 +54,9 @@ def pair(tmp_path: Path, tensorfold: tuple[Path, str]) -> Path:
 
 
 def play(repo: Path, pair: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    environ = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(repo / "ansible.cfg"),
-        "ANSIBLE_NOCOLOR": "1",
-        "PATH": f"{repo / 'tests/ansible/fakes'}:{BIN}:{os.environ['PATH']}",
-        "FAKE_DOCKER_DIR": str(pair / "docker"),
-        **env,
-    }
-    argv = [str(BIN / "ansible-playbook"), "-i", str(pair / "hosts.yml"), "playbooks/image.yml", *args]
-    return subprocess.run(
-        argv, cwd=repo, env=environ, capture_output=True, text=True, timeout=300, check=False
+    env = {**fake_tools(repo, pair / "docker"), **env}
+    return ansible(
+        repo, "ansible-playbook", "-i", str(pair / "hosts.yml"), "playbooks/image.yml", *args, env=env
     )
 
 

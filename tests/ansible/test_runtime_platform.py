@@ -3,14 +3,9 @@ differs from the control host's: the wheelhouse's binary wheels would not instal
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-from local_head import write_inventory
-
-BIN = Path(sys.executable).parent
+from local_head import ansible, write_inventory
 
 
 def test_a_node_of_another_platform_stops_before_the_wheelhouse(repo: Path, tmp_path: Path) -> None:
@@ -18,16 +13,7 @@ def test_a_node_of_another_platform_stops_before_the_wheelhouse(repo: Path, tmp_
     other.write_text("#!/bin/sh\necho 'linux-aarch64 cp312'\n")
     other.chmod(0o755)
     hosts = write_inventory(tmp_path, sparkfold_runtime_python=str(other))
-    environ = {**os.environ, "ANSIBLE_CONFIG": str(repo / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
-    result = subprocess.run(
-        [str(BIN / "ansible-playbook"), "-i", str(hosts), "playbooks/runtime.yml"],
-        cwd=repo,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    result = ansible(repo, "ansible-playbook", "-i", str(hosts), "playbooks/runtime.yml")
     assert result.returncode != 0, result.stdout
     said = " ".join(result.stdout.split())
     assert "h1 runs linux-aarch64 cp312, but the control host builds the wheelhouse with linux-" in said

@@ -8,7 +8,6 @@ whatever the source.
 
 from __future__ import annotations
 
-import os
 import random
 import re
 import stat
@@ -22,9 +21,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fakes"))
 from fake_hub import FakeHub, FakeRepo
-from local_head import write_inventory
+from local_head import ansible, fake_tools, write_inventory
 
-BIN = Path(sys.executable).parent
 MODEL, DRAFTER = "acme/glm-tiny", "acme/glm-tiny-drafter"
 MODEL_COMMIT = "0123456789abcdef0123456789abcdef01234567"
 DRAFTER_COMMIT = "89abcdef0123456789abcdef0123456789abcdef"
@@ -81,27 +79,15 @@ def head(tmp_path: Path, repo: Path, hub: FakeHub) -> Path:
 
 
 def play(repo: Path, head: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    environ = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(repo / "ansible.cfg"),
-        "ANSIBLE_NOCOLOR": "1",
-        "PATH": f"{repo / 'tests/ansible/fakes'}:{BIN}:{os.environ['PATH']}",
-        "FAKE_DOCKER_DIR": str(head / "calls"),  # where the fake systemctl records the restart
+    env = {
+        **fake_tools(repo, head / "calls"),  # the fake systemctl records the restart there
         "HF_HOME": str(head / "hf-home"),
+        "HF_HUB_OFFLINE": None,
+        "HF_TOKEN": None,
     }
-    environ.pop("HF_HUB_OFFLINE", None)
-    environ.pop("HF_TOKEN", None)
-    argv = [
-        str(BIN / "ansible-playbook"),
-        "-i",
-        str(head / "hosts.yml"),
-        "-e",
-        f"@{head / 'vault.yml'}",
-        "playbooks/weights.yml",
-        *args,
-    ]
-    return subprocess.run(
-        argv, cwd=repo, env=environ, capture_output=True, text=True, timeout=300, check=False
+    hosts, vault = str(head / "hosts.yml"), f"@{head / 'vault.yml'}"
+    return ansible(
+        repo, "ansible-playbook", "-i", hosts, "-e", vault, "playbooks/weights.yml", *args, env=env
     )
 
 

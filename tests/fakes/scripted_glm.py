@@ -7,11 +7,11 @@ the engine server, and (in integration tests) the gateway in front of it.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
-from sparkfold.engines.generator import SamplingParams
+from tests.fakes.fake_engine import FakeGenerator
+
 from sparkfold.glm.serving import GlmChat
 
 __all__ = ["ASK", "CALL", "TOOLS", "ScriptedGlm"]
@@ -35,29 +35,28 @@ CALL = (
 ASK = [{"role": "user", "content": "Weather in Paris?"}]
 
 
-class ScriptedGlm:
+class ScriptedGlm(FakeGenerator):
     """Replies with ``script`` tokenised by the tiny GLM tokenizer; stops at a GLM stop token."""
 
     backend = "scripted-glm"
     chat_template = None
-    context_length = 4096
-    parallel = 2
+    vocab_size = 1024
 
     def __init__(self, model_dir: Path, script: str) -> None:
         from transformers import AutoImageProcessor, AutoTokenizer
 
+        super().__init__(context_length=4096, parallel=2)
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
         self.glm = GlmChat(
             self.tokenizer,
             model_dir=model_dir,
-            vocab_size=1024,
+            vocab_size=self.vocab_size,
             image_processor=AutoImageProcessor.from_pretrained(str(model_dir)),
             has_vision=True,
         )
         self.eos_token_ids = self.glm.stop_token_ids
-        self.special_tokens: dict[str, str] = {}
+        self.special_tokens = {}
         self.script = script
-        self.seen: list[tuple[list[int], SamplingParams]] = []
 
     def encode(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=add_special_tokens))
@@ -68,17 +67,7 @@ class ScriptedGlm:
     def token_strs(self, ids: Sequence[int]) -> list[str]:
         return list(self.tokenizer.convert_ids_to_tokens(list(ids)))
 
-    def healthy(self) -> bool:
-        return True
-
-    def close(self) -> None:
-        pass
-
-    async def generate(
-        self, prompt_ids: Sequence[int], params: SamplingParams, cancel: threading.Event
-    ) -> AsyncIterator[int]:
-        self.seen.append((list(prompt_ids), params))
-        for token in self.encode(self.script)[: params.max_tokens]:
-            yield token
-            if token in self.eos_token_ids:
-                return
+    def reply_ids(self) -> list[int]:
+        ids = self.encode(self.script)
+        ends = [n for n, token in enumerate(ids) if token in self.eos_token_ids]
+        return ids[: ends[0] + 1] if ends else ids

@@ -66,35 +66,31 @@ def test_chat(oai: openai.OpenAI) -> None:
     assert reply.usage is not None and reply.usage.completion_tokens > 0
 
 
-def test_chat_stream(oai: openai.OpenAI) -> None:
+def streamed_hello(oai: openai.OpenAI) -> tuple[str, str | None]:
+    """HELLO greedily as a stream: the text and the finish reason."""
     text, finish = "", None
-    for chunk in oai.chat.completions.create(
+    stream = oai.chat.completions.create(
         model="smol",
         messages=HELLO,
         max_tokens=12,
         temperature=0,
         stream=True,  # type: ignore[arg-type]
-    ):
+    )
+    for chunk in stream:
         if chunk.choices:
             text += chunk.choices[0].delta.content or ""
             finish = chunk.choices[0].finish_reason or finish
+    return text, finish
+
+
+def test_chat_stream(oai: openai.OpenAI) -> None:
+    text, finish = streamed_hello(oai)
     assert text and finish in ("stop", "length")
 
 
 def test_greedy_stream_equals_greedy_reply(oai: openai.OpenAI) -> None:
     whole = oai.chat.completions.create(model="smol", messages=HELLO, max_tokens=12, temperature=0)  # type: ignore[arg-type]
-    streamed = "".join(
-        chunk.choices[0].delta.content or ""
-        for chunk in oai.chat.completions.create(
-            model="smol",
-            messages=HELLO,
-            max_tokens=12,
-            temperature=0,
-            stream=True,  # type: ignore[arg-type]
-        )
-        if chunk.choices
-    )
-    assert streamed == whole.choices[0].message.content
+    assert streamed_hello(oai)[0] == whole.choices[0].message.content
 
 
 def test_completions(oai: openai.OpenAI) -> None:

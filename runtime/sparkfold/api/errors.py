@@ -25,6 +25,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pydantic import ValidationError
 from starlette.responses import JSONResponse
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "error_response",
     "invalid_fields",
     "is_anthropic_path",
+    "untranslatable",
 ]
 
 RETRY_AFTER_S = 5
@@ -133,6 +135,14 @@ class UpstreamUnavailable(UpstreamError):
 class UpstreamTimeout(UpstreamError):
     status = 504
     type = "upstream_timeout"
+
+
+def untranslatable(exc: ValidationError) -> InvalidRequest:
+    """A request of another dialect that does not translate into a valid chat request: one 400 that
+    names the first field the chat request refused."""
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first.get("loc", ()))
+    return InvalidRequest(f"cannot translate the request: {where}: {first.get('msg')}", param=where or None)
 
 
 def invalid_fields(errors: Sequence[Mapping[str, Any]]) -> InvalidRequest:

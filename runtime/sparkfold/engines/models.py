@@ -65,7 +65,10 @@ def export_hf_dir(source: ModelSource, target: Path) -> Path:
     extra = {"gguf_file": source.gguf_file} if source.gguf_file else {}
     tokenizer = AutoTokenizer.from_pretrained(source.path, **extra)
     model = AutoModelForCausalLM.from_pretrained(source.path, dtype=torch.float32, **extra)
-    model.hf_quantizer = None  # de-quantized already: save plain float weights
+    # De-quantized already: drop the GGUF quantizer so the model saves plain float weights (transformers
+    # sets the attribute only on quantized loads and reads a missing one as "not quantized").
+    if getattr(model, "hf_quantizer", None) is not None:
+        del model.hf_quantizer
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     model.save_pretrained(target)

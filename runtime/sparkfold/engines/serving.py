@@ -13,7 +13,7 @@ import hashlib
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -313,7 +313,8 @@ class EngineService:
             raise
         finally:
             cancel.set()
-            await tokens.aclose()
+            if isinstance(tokens, AsyncGenerator):  # the protocol promises only an AsyncIterator
+                await tokens.aclose()
             now = time.monotonic()
             counters.finished(finish, first - started, now - first if ids else 0.0)
         report = prepared.params.report

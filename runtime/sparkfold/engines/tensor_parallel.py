@@ -120,7 +120,8 @@ class Joined:
 
     def link(self) -> Link:
         """Build the gloo group on the fabric addresses; blocks until the other rank calls it too."""
-        options = dist.ProcessGroupGloo._Options()
+        # torch's stubs do not declare the private _Options; it is the only way to give gloo its devices.
+        options = dist.ProcessGroupGloo._Options()  # type: ignore[attr-defined]
         options._devices = [dist.ProcessGroupGloo.create_device(hostname=self.meeting.address)]
         options._timeout = datetime.timedelta(seconds=self.meeting.timeout_s)
         group = dist.ProcessGroupGloo(self.store, self.meeting.rank, WORLD, options)

@@ -75,11 +75,15 @@ def run_tensorfold_rank(settings: Settings, die: Callable[[str], Any]) -> int:
     def stop(signum: int, frame: object) -> None:
         stopping.set()
 
+    def progress(note: str) -> None:
+        log.info("%s", note)
+        notify(f"STATUS={note}")
+
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     try:
         rank.start()
-        rank.wait_ready(progress=lambda note: (log.info("%s", note), notify(f"STATUS={note}")))
+        rank.wait_ready(progress=progress)
     except RankStartError:
         if watch is not None:
             watch.stop()

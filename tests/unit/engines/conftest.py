@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from fake_engine import FakeGenerator
+from tests.fakes.fake_engine import FakeGenerator
 
 
 @pytest.fixture

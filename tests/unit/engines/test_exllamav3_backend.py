@@ -22,8 +22,21 @@ GIB = 1024**3
 # --- sizing -------------------------------------------------------------------------------------
 
 
+def plan(**overrides: int) -> int:
+    """``plan_pool`` for one GiB free and nothing else in the way, with the named arguments changed."""
+    arguments = {
+        "free_bytes": GIB,
+        "weight_bytes": 0,
+        "reserve_bytes": 0,
+        "bytes_per_token": 4096,
+        "window": 10,
+        "parallel": 1,
+    }
+    return backend.plan_pool(**(arguments | overrides))
+
+
 def test_the_pool_is_free_memory_minus_weights_and_reserve_in_pages() -> None:
-    tokens = backend.plan_pool(
+    tokens = plan(
         free_bytes=10 * GIB,
         weight_bytes=4 * GIB,
         reserve_bytes=2 * GIB,
@@ -35,47 +48,19 @@ def test_the_pool_is_free_memory_minus_weights_and_reserve_in_pages() -> None:
 
 
 def test_the_pool_never_exceeds_parallel_windows() -> None:
-    tokens = backend.plan_pool(
-        free_bytes=100 * GIB, weight_bytes=0, reserve_bytes=0, bytes_per_token=1, window=1000, parallel=3
-    )
+    tokens = plan(free_bytes=100 * GIB, bytes_per_token=1, window=1000, parallel=3)
     assert tokens == 3072  # 3000 rounded up to whole pages
 
 
 def test_no_room_is_a_clear_error_not_an_oom() -> None:
     with pytest.raises(backend.PoolTooSmall, match="no room for a KV pool"):
-        backend.plan_pool(
-            free_bytes=5 * GIB,
-            weight_bytes=4 * GIB,
-            reserve_bytes=2 * GIB,
-            bytes_per_token=10,
-            window=10,
-            parallel=1,
-        )
+        plan(free_bytes=5 * GIB, weight_bytes=4 * GIB, reserve_bytes=2 * GIB, bytes_per_token=10)
 
 
 def test_a_configured_pool_that_does_not_fit_is_refused() -> None:
     with pytest.raises(backend.PoolTooSmall, match="pool_tokens = 1048576"):
-        backend.plan_pool(
-            free_bytes=GIB,
-            weight_bytes=0,
-            reserve_bytes=0,
-            bytes_per_token=4096,
-            window=10,
-            parallel=1,
-            configured=1_048_576,
-        )
-    assert (
-        backend.plan_pool(
-            free_bytes=GIB,
-            weight_bytes=0,
-            reserve_bytes=0,
-            bytes_per_token=4096,
-            window=10,
-            parallel=1,
-            configured=2048,
-        )
-        == 2048
-    )
+        plan(configured=1_048_576)
+    assert plan(configured=2048) == 2048
 
 
 def test_the_window_fits_the_pool_with_draft_headroom() -> None:

@@ -14,9 +14,9 @@ from typing import Any
 
 import openai
 import pytest
-from fake_engine import FakeGenerator
 from fastapi.testclient import TestClient
 from PIL import Image
+from tests.fakes.fake_engine import FakeGenerator
 from tests.fakes.scripted_glm import ASK, CALL, TOOLS, ScriptedGlm
 
 from sparkfold.engines.server import create_app

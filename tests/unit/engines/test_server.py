@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from fake_engine import FakeGenerator
 from fastapi.testclient import TestClient
+from tests.fakes.fake_engine import FakeGenerator
 
 from sparkfold.engines.server import create_app
 from sparkfold.engines.serving import EngineService

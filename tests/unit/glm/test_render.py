@@ -86,167 +86,63 @@ def expected_ids(tokenizer: Any, pieces: list[str]) -> list[int]:
     return ids
 
 
+def opening(effort: str | None) -> list[str]:
+    """The pieces every prompt starts with; with thinking on, the system turn that names the effort."""
+    return ["[gMASK]", "<sop>", *(["<|system|>", f"Reasoning Effort: {effort}"] if effort else [])]
+
+
+SAY_HI = {"messages": [{"role": "user", "content": "hi"}]}
+HI_TURN = ["<|user|>", "hi", "<|assistant|>", "<think>"]
+
+SUMS = [
+    {"role": "user", "content": "2+2?"},
+    {"role": "assistant", "content": "4", "reasoning_content": "add them"},
+    {"role": "user", "content": "and 3+3?"},
+]
+
+
+def sums_pieces(kept_reasoning: list[str]) -> list[str]:
+    """SUMS as rendered: the earlier turn's reasoning is either cleared or kept."""
+    return [
+        *opening("Max"),
+        *["<|user|>", "2+2?", "<|assistant|>", "<think>", *kept_reasoning, "</think>", "4"],
+        *["<|user|>", "and 3+3?", "<|assistant|>", "<think>"],
+    ]
+
+
+def call_pieces(name: str, arguments: dict[str, str]) -> list[str]:
+    """One tool call as rendered: the name, then each argument as a key/value pair."""
+    pieces = ["<tool_call>", name]
+    for key, value in arguments.items():
+        pieces += ["<arg_key>", key, "</arg_key>", "<arg_value>", value, "</arg_value>"]
+    return [*pieces, "</tool_call>"]
+
+
 GOLDEN: dict[str, tuple[dict[str, Any], list[str]]] = {
-    "plain chat": (
-        {"messages": [{"role": "user", "content": "hi"}]},
-        [
-            "[gMASK]",
-            "<sop>",
-            "<|system|>",
-            "Reasoning Effort: Max",
-            "<|user|>",
-            "hi",
-            "<|assistant|>",
-            "<think>",
-        ],
-    ),
+    "plain chat": (SAY_HI, [*opening("Max"), *HI_TURN]),
     "system prompt": (
         {"messages": [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "hi"}]},
-        [
-            "[gMASK]",
-            "<sop>",
-            "<|system|>",
-            "Reasoning Effort: Max",
-            "<|system|>",
-            "You are terse.",
-            "<|user|>",
-            "hi",
-            "<|assistant|>",
-            "<think>",
-        ],
+        [*opening("Max"), "<|system|>", "You are terse.", *HI_TURN],
     ),
-    "effort low": (
-        {"messages": [{"role": "user", "content": "hi"}], "effort": "low"},
-        [
-            "[gMASK]",
-            "<sop>",
-            "<|system|>",
-            "Reasoning Effort: Low",
-            "<|user|>",
-            "hi",
-            "<|assistant|>",
-            "<think>",
-        ],
-    ),
-    "effort high": (
-        {"messages": [{"role": "user", "content": "hi"}], "effort": "high"},
-        [
-            "[gMASK]",
-            "<sop>",
-            "<|system|>",
-            "Reasoning Effort: High",
-            "<|user|>",
-            "hi",
-            "<|assistant|>",
-            "<think>",
-        ],
-    ),
-    "effort medium is high": (
-        {"messages": [{"role": "user", "content": "hi"}], "effort": "medium"},
-        [
-            "[gMASK]",
-            "<sop>",
-            "<|system|>",
-            "Reasoning Effort: High",
-            "<|user|>",
-            "hi",
-            "<|assistant|>",
-            "<think>",
-        ],
-    ),
-    "effort max": (
-        {"messages": [{"role": "user", "content": "hi"}], "effort": "max"},
-        [
-            "[gMASK]",
-            "<sop>",
-            "<|system|>",
-            "Reasoning Effort: Max",
-            "<|user|>",
-            "hi",
-            "<|assistant|>",
-            "<think>",
-        ],
-    ),
-    "effort xhigh is max": (
-        {"messages": [{"role": "user", "content": "hi"}], "effort": "xhigh"},
-        [
-            "[gMASK]",
-            "<sop>",
-            "<|system|>",
-            "Reasoning Effort: Max",
-            "<|user|>",
-            "hi",
-            "<|assistant|>",
-            "<think>",
-        ],
-    ),
+    "effort low": ({**SAY_HI, "effort": "low"}, [*opening("Low"), *HI_TURN]),
+    "effort high": ({**SAY_HI, "effort": "high"}, [*opening("High"), *HI_TURN]),
+    "effort medium is high": ({**SAY_HI, "effort": "medium"}, [*opening("High"), *HI_TURN]),
+    "effort max": ({**SAY_HI, "effort": "max"}, [*opening("Max"), *HI_TURN]),
+    "effort xhigh is max": ({**SAY_HI, "effort": "xhigh"}, [*opening("Max"), *HI_TURN]),
     "thinking off": (
-        {"messages": [{"role": "user", "content": "hi"}], "kwargs": {"enable_thinking": False}},
-        ["[gMASK]", "<sop>", "<|user|>", "hi", "<|assistant|>", "<think>", "</think>"],
+        {**SAY_HI, "kwargs": {"enable_thinking": False}},
+        [*opening(None), *HI_TURN, "</think>"],
     ),
-    "effort none is thinking off": (
-        {"messages": [{"role": "user", "content": "hi"}], "effort": "none"},
-        ["[gMASK]", "<sop>", "<|user|>", "hi", "<|assistant|>", "<think>", "</think>"],
-    ),
-    "multi-turn, earlier reasoning cleared": (
-        {
-            "messages": [
-                {"role": "user", "content": "2+2?"},
-                {"role": "assistant", "content": "4", "reasoning_content": "add them"},
-                {"role": "user", "content": "and 3+3?"},
-            ]
-        },
-        [
-            "[gMASK]",
-            "<sop>",
-            "<|system|>",
-            "Reasoning Effort: Max",
-            "<|user|>",
-            "2+2?",
-            "<|assistant|>",
-            "<think>",
-            "</think>",
-            "4",
-            "<|user|>",
-            "and 3+3?",
-            "<|assistant|>",
-            "<think>",
-        ],
-    ),
+    "effort none is thinking off": ({**SAY_HI, "effort": "none"}, [*opening(None), *HI_TURN, "</think>"]),
+    "multi-turn, earlier reasoning cleared": ({"messages": SUMS}, sums_pieces(kept_reasoning=[])),
     "multi-turn, earlier reasoning kept": (
-        {
-            "messages": [
-                {"role": "user", "content": "2+2?"},
-                {"role": "assistant", "content": "4", "reasoning_content": "add them"},
-                {"role": "user", "content": "and 3+3?"},
-            ],
-            "kwargs": {"clear_thinking": False},
-        },
-        [
-            "[gMASK]",
-            "<sop>",
-            "<|system|>",
-            "Reasoning Effort: Max",
-            "<|user|>",
-            "2+2?",
-            "<|assistant|>",
-            "<think>",
-            "add them",
-            "</think>",
-            "4",
-            "<|user|>",
-            "and 3+3?",
-            "<|assistant|>",
-            "<think>",
-        ],
+        {"messages": SUMS, "kwargs": {"clear_thinking": False}},
+        sums_pieces(kept_reasoning=["add them"]),
     ),
     "tools offered": (
         {"messages": [{"role": "user", "content": "weather?"}], "tools": TOOLS, "effort": "high"},
         [
-            "[gMASK]",
-            "<sop>",
-            "<|system|>",
-            "Reasoning Effort: High",
+            *opening("High"),
             TOOLS_BLOCK,
             "<|user|>",
             "weather?",
@@ -271,10 +167,7 @@ GOLDEN: dict[str, tuple[dict[str, Any], list[str]]] = {
             "effort": "low",
         },
         [
-            "[gMASK]",
-            "<sop>",
-            "<|system|>",
-            "Reasoning Effort: Low",
+            *opening("Low"),
             TOOLS_BLOCK,
             "<|user|>",
             "Paris and Rome?",
@@ -282,30 +175,8 @@ GOLDEN: dict[str, tuple[dict[str, Any], list[str]]] = {
             "<think>",
             "ask the tool",
             "</think>",
-            "<tool_call>",
-            "get_weather",
-            "<arg_key>",
-            "city",
-            "</arg_key>",
-            "<arg_value>",
-            "Paris",
-            "</arg_value>",
-            "</tool_call>",
-            "<tool_call>",
-            "get_weather",
-            "<arg_key>",
-            "city",
-            "</arg_key>",
-            "<arg_value>",
-            "Rome",
-            "</arg_value>",
-            "<arg_key>",
-            "days",
-            "</arg_key>",
-            "<arg_value>",
-            "3",
-            "</arg_value>",
-            "</tool_call>",
+            *call_pieces("get_weather", {"city": "Paris"}),
+            *call_pieces("get_weather", {"city": "Rome", "days": "3"}),
             "<|observation|>",
             "<tool_response>",
             "rain",
@@ -333,10 +204,7 @@ GOLDEN: dict[str, tuple[dict[str, Any], list[str]]] = {
             "effort": "high",
         },
         [
-            "[gMASK]",
-            "<sop>",
-            "<|system|>",
-            "Reasoning Effort: High",
+            *opening("High"),
             "<|user|>",
             "compare ",
             "<|begin_of_image|>",

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from sparkfold.api.anthropic.protocol import CountTokensRequest, MessagesRequest
-from sparkfold.api.errors import InvalidRequest
+from sparkfold.api.errors import InvalidRequest, untranslatable
 from sparkfold.protocol import ChatCompletionRequest, new_id
 
 __all__ = ["STOP_REASONS", "from_chat", "to_chat", "to_chat_messages"]
@@ -235,11 +235,7 @@ def to_chat(request: MessagesRequest) -> ChatCompletionRequest | InvalidRequest:
     try:
         return ChatCompletionRequest.model_validate(fields)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first.get("loc", ()))
-        return InvalidRequest(
-            f"cannot translate the request: {where}: {first.get('msg')}", param=where or None
-        )
+        return untranslatable(exc)
 
 
 def from_chat(result: dict[str, Any], *, model: str, stop_sequences: list[str] | None) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from sparkfold.api.errors import InvalidRequest
+from sparkfold.api.errors import InvalidRequest, untranslatable
 from sparkfold.api.responses.protocol import INCLUDE_VALUES, ResponsesRequest
 from sparkfold.protocol import ChatCompletionRequest, new_id
 
@@ -143,11 +143,7 @@ def to_chat(
     try:
         return ChatCompletionRequest.model_validate(fields)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first.get("loc", ()))
-        return InvalidRequest(
-            f"cannot translate the request: {where}: {first.get('msg')}", param=where or None
-        )
+        return untranslatable(exc)
 
 
 def response_object(

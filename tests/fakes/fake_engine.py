@@ -1,4 +1,9 @@
-"""An in-process fake engine: bytes are tokens, so server tests need no model."""
+"""An in-process fake engine: bytes are tokens, so server tests need no model.
+
+:class:`FakeGenerator` also keeps the books every in-process fake needs (requests seen, their cancel
+events, a failure or a pace on demand); a fake with another reply overrides :meth:`reply_ids` and
+the tokenizer methods (see ``scripted_glm.py``).
+"""
 
 from __future__ import annotations
 
@@ -48,12 +53,16 @@ class FakeGenerator:
     def close(self) -> None:
         pass
 
+    def reply_ids(self) -> list[int]:
+        """The whole reply, stop token included; ``generate`` cuts it at ``max_tokens``."""
+        return [*self.reply, EOS]
+
     async def generate(
         self, prompt_ids: Sequence[int], params: SamplingParams, cancel: threading.Event
     ) -> AsyncIterator[int]:
         self.seen.append((list(prompt_ids), params))
         self.cancelled.append(cancel)
-        for n, token in enumerate([*self.reply, EOS][: params.max_tokens]):
+        for n, token in enumerate(self.reply_ids()[: params.max_tokens]):
             if cancel.is_set():
                 return
             if self.fail_after is not None and n >= self.fail_after:
