@@ -267,10 +267,11 @@ async def _chat_stream(
         choice = ChunkChoice(delta=delta, finish_reason=finish)  # type: ignore[arg-type]
         return sse_event(event([choice], **extra))
 
-    def text_events(field: str) -> TextEvents:
-        return TextEvents(event([ChunkChoice(delta=Delta(**{field: TextEvents.MARKER}))]))
+    def text_events(delta: Delta) -> TextEvents:
+        return TextEvents(event([ChunkChoice(delta=delta)]))
 
-    content, reasoning = text_events("content"), text_events("reasoning_content")
+    content = text_events(Delta(content=TextEvents.MARKER))
+    reasoning = text_events(Delta(reasoning_content=TextEvents.MARKER))
 
     def delta_event(delta: Delta) -> bytes:  # a token's text as content or reasoning: the fast path
         if delta.role is None and delta.tool_calls is None:
