@@ -63,7 +63,7 @@ def test_the_probe_derives_an_aarch64_nodes_tags(repo: Path) -> None:
 @pytest.fixture
 def index(tmp_path: Path) -> Path:
     """The wheels an index would have: binary ones for this host and for the foreign CPU (CPython 3.12),
-    pure ones, an abi3 one, a newer release only for a newer glibc, and a package only as an sdist."""
+    pure ones, an abi3 one, newer releases only for a newer glibc, and a package only as an sdist."""
     folder = tmp_path / "index"
     folder.mkdir()
     for arch, abi in ((ARCH, HERE), (FOREIGN, "cp312"), (ARCH, "cp312")):
@@ -71,6 +71,7 @@ def index(tmp_path: Path) -> Path:
         add_wheel(folder, "fakeabi", "1.0", f"cp38-abi3-manylinux_2_17_{arch}")
         add_wheel(folder, "faketorch", "1.0", f"{abi}-{abi}-manylinux_2_28_{arch}")
     add_wheel(folder, "fakecore", "2.0", f"cp312-cp312-manylinux_2_41_{FOREIGN}", ["fakepure>=1"])
+    add_wheel(folder, "fakecore", "1.5", f"{HERE}-{HERE}-manylinux_2_18_{ARCH}", ["fakepure>=1", "fakeabi"])
     add_wheel(folder, "fakepure", "1.0", "py3-none-any")
     add_wheel(folder, "fakemodel", "1.0", "py3-none-any")
     add_sdist(folder, "fakesdist", "1.0")
@@ -92,10 +93,15 @@ def fake_node(folder: Path, arch: str, abi: str, glibc: str, repo: Path) -> Path
 
 
 def build_wheelhouse(
-    repo: Path, tmp_path: Path, index: Path, node_python: str | dict[str, str], engine: str
+    repo: Path,
+    tmp_path: Path,
+    index: Path,
+    node_python: str | dict[str, str],
+    engine: str,
+    tasks_file: str = "wheelhouse.yml",
 ) -> subprocess.CompletedProcess[str]:
-    """Run tests/ansible/wheelhouse.yml for the fake sparkfold project; ``node_python`` per host
-    (``{"h1": ..., "h2": ...}`` makes ``h2`` the worker)."""
+    """Run ``tasks_file`` of the runtime role (tests/ansible/wheelhouse.yml) for the fake sparkfold
+    project; ``node_python`` per host (``{"h1": ..., "h2": ...}`` makes ``h2`` the worker)."""
     source = write_project(
         tmp_path / "src",
         "sparkfold",
@@ -110,6 +116,7 @@ def build_wheelhouse(
         sparkfold_runtime_torch_requirement="faketorch==1.0",
         sparkfold_runtime_nodeps_packages=["fakemodel"],
         sparkfold_runtime_pip_options=["--no-index", "--find-links", str(index)],
+        sparkfold_install_dir=str(tmp_path / "install"),
     )
     inventory = yaml.safe_load(hosts.read_text())
     groups = inventory["sparkfold_nodes"]["children"]
@@ -123,8 +130,14 @@ def build_wheelhouse(
     environ = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
     environ |= {"ANSIBLE_CONFIG": str(repo / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
     environ |= {"PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    # The restart handlers' systemctl: no unit is installed here.
+    environ |= {
+        "PATH": f"{repo / 'tests/ansible/fakes'}:{BIN}:{os.environ['PATH']}",
+        "FAKE_DOCKER_DIR": str(tmp_path),
+    }
+    playbook = ["tests/ansible/wheelhouse.yml", "-e", f"tasks_file={tasks_file}"]
     return subprocess.run(
-        [str(BIN / "ansible-playbook"), "-i", str(hosts), "tests/ansible/wheelhouse.yml"],
+        [str(BIN / "ansible-playbook"), "-i", str(hosts), *playbook],
         cwd=repo,
         env=environ,
         capture_output=True,
@@ -156,7 +169,9 @@ def test_nodes_of_another_platform_get_binary_wheels_for_theirs(
         "fakepure-1.0-py3-none-any.whl",
         "fakemodel-1.0-py3-none-any.whl",  # sparkfold_runtime_nodeps_packages
     }
-    assert [w.name for w in (tmp_path / "control/wheelhouse/app").iterdir()] == ["sparkfold-0.1-py3-none-any.whl"]
+    assert [w.name for w in (tmp_path / "control/wheelhouse/app").iterdir()] == [
+        "sparkfold-0.1-py3-none-any.whl"
+    ]
 
     # A pair of another platform (this host's CPU, but CPython 3.12) gets a wheelhouse of its own.
     other = fake_node(tmp_path, ARCH, "cp312", "2.39", repo)
@@ -166,7 +181,10 @@ def test_nodes_of_another_platform_get_binary_wheels_for_theirs(
     assert len(found) == 2 and found[name] == files  # the first one untouched
     [(other_name, other_files)] = ((n, f) for n, f in found.items() if n != name)
     assert other_name.startswith(f"linux-{ARCH}-cp312-")
-    assert f"fakecore-1.0-cp312-cp312-manylinux_2_17_{ARCH}.whl" in other_files
+    assert any(
+        f.startswith("fakecore-") and "-cp312-cp312-manylinux_2_1" in f and f.endswith(f"_{ARCH}.whl")
+        for f in other_files
+    )
     assert not any(FOREIGN in f for f in other_files)
 
     # The first pair again: the same key (its tags in the same order), so nothing is fetched again.
@@ -176,6 +194,39 @@ def test_nodes_of_another_platform_get_binary_wheels_for_theirs(
     assert result.returncode == 0, result.stdout + result.stderr
     assert set(wheelhouses(tmp_path)) == {name, other_name}
     assert complete.stat().st_mtime_ns == before
+
+
+def test_a_wheelhouse_fetched_for_the_nodes_installs_there_offline(
+    repo: Path, tmp_path: Path, index: Path
+) -> None:
+    # This host as a node whose glibc is older than the control host's: the control host's `pip wheel`
+    # might pick wheels it cannot take, so its wheels are fetched for its tags, and they install here.
+    answer = {
+        "platform": f"linux-{ARCH}",
+        "python": "{}.{}".format(*sys.version_info[:2]),
+        "abi": HERE,
+        "tags": load_probe(repo).manylinux_tags(ARCH, "2.17"),
+    }
+    node = tmp_path / "python-old-glibc"
+    node.write_text(
+        f"#!/bin/sh\ncase \"$1\" in *platform_probe.py) echo '{json.dumps(answer)}'; exit 0;; esac\n"
+        f'exec {sys.executable} "$@"\n'
+    )
+    node.chmod(0o755)
+    result = build_wheelhouse(repo, tmp_path, index, str(node), engine="tensorfold", tasks_file="install.yml")
+    assert result.returncode == 0, result.stdout + result.stderr
+    [name] = wheelhouses(tmp_path)
+    assert name.startswith(f"linux-{ARCH}-{HERE}-")
+    venv = tmp_path / "install/venv/bin/python"
+    listed = subprocess.run([str(venv), "-m", "pip", "list", "--format=json"], capture_output=True, text=True)
+    installed = {p["name"]: p["version"] for p in json.loads(listed.stdout)}
+    # fakecore 1.5 needs glibc 2.18: the control host's own `pip wheel` would have shipped it.
+    assert (
+        installed.items()
+        >= {"sparkfold": "0.1", "fakecore": "1.0", "fakeabi": "1.0", "fakepure": "1.0"}.items()
+    )
+    shipped = {p.name for p in (tmp_path / "install/wheelhouse/deps").iterdir()}
+    assert f"fakecore-1.0-{HERE}-{HERE}-manylinux_2_17_{ARCH}.whl" in shipped and ".complete" not in shipped
 
 
 def test_a_dependency_without_a_wheel_for_the_nodes_stops_in_words(
@@ -203,7 +254,7 @@ def test_nodes_of_the_control_hosts_platform_get_its_pip_wheel(
     [(name, files)] = wheelhouses(tmp_path).items()
     assert name.startswith(f"linux-{ARCH}-{HERE}-")
     assert "fakesdist-1.0-py3-none-any.whl" in files  # built from the sdist: only `pip wheel` does that
-    assert f"fakecore-1.0-{HERE}-{HERE}-manylinux_2_17_{ARCH}.whl" in files
+    assert f"fakecore-1.5-{HERE}-{HERE}-manylinux_2_18_{ARCH}.whl" in files  # the newest it takes
     assert ".complete" in files and not any(FOREIGN in f for f in files)
 
 

@@ -33,7 +33,9 @@ def wheel_bytes(name: str, version: str, tag: str, requires: Iterable[str] = ())
         f"{info}/WHEEL": (
             "Wheel-Version: 1.0\nGenerator: fake_wheels\n"
             f"Root-Is-Purelib: {'true' if tag.endswith('none-any') else 'false'}\n"
-            + "".join(f"Tag: {tag.split('-')[0]}-{tag.split('-')[1]}-{p}\n" for p in tag.split("-")[2].split("."))
+            + "".join(
+                f"Tag: {tag.split('-')[0]}-{tag.split('-')[1]}-{p}\n" for p in tag.split("-")[2].split(".")
+            )
         ).encode(),
     }
     record = [_record_line(path, data) for path, data in files.items()] + [f"{info}/RECORD,,"]
@@ -53,7 +55,7 @@ def add_wheel(folder: Path, name: str, version: str, tag: str, requires: Iterabl
 
 
 # A PEP 517 backend of a few lines, shipped inside the sdist (backend-path), that builds a pure wheel.
-_BACKEND = '''
+_BACKEND = """
 import pathlib, sys
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from fake_wheels_backend_impl import wheel_bytes
@@ -62,7 +64,7 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     filename = f"{{NAME}}-{{VERSION}}-py3-none-any.whl"
     pathlib.Path(wheel_directory, filename).write_bytes(wheel_bytes(NAME, VERSION, "py3-none-any"))
     return filename
-'''
+"""
 
 
 def add_sdist(folder: Path, name: str, version: str) -> Path:
@@ -109,7 +111,9 @@ def write_project(folder: Path, name: str, requires: Iterable[str], extras: dict
             [project.optional-dependencies]
         """)
         + extra_lines
-        + "[tool.setuptools]\npackages = ['" + name + "']\n"
+        + "[tool.setuptools]\npackages = ['"
+        + name
+        + "']\n"
     )
     (folder / name).mkdir(exist_ok=True)
     (folder / name / "__init__.py").write_text("")
