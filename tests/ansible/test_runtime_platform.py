@@ -12,6 +12,7 @@ import importlib.util
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -227,6 +228,16 @@ def test_a_wheelhouse_fetched_for_the_nodes_installs_there_offline(
     )
     shipped = {p.name for p in (tmp_path / "install/wheelhouse/deps").iterdir()}
     assert f"fakecore-1.0-{HERE}-{HERE}-manylinux_2_17_{ARCH}.whl" in shipped and ".complete" not in shipped
+
+    # A wheelhouse without a dependency the node's pip wants (as when the control host's Python read a
+    # marker its own way) stops the install in words, on a fresh node.
+    (tmp_path / "control/wheelhouse/deps" / name / "fakepure-1.0-py3-none-any.whl").unlink()
+    shutil.rmtree(tmp_path / "install/venv")
+    result = build_wheelhouse(repo, tmp_path, index, str(node), engine="tensorfold", tasks_file="install.yml")
+    assert result.returncode != 0, result.stdout
+    said = " ".join(result.stdout.split())
+    assert "the wheelhouse has no fakepure, which pip on h1 needs for sparkfold." in said
+    assert "run ansible-playbook from the head" in said
 
 
 def test_a_dependency_without_a_wheel_for_the_nodes_stops_in_words(
