@@ -36,12 +36,16 @@ SSE_HEADERS = (
 Handler = Callable[[Request], Awaitable[Response]]
 
 
+async def _nothing_to_release() -> None:
+    return None
+
+
 @dataclass
 class EventStream:
-    """The bytes of a streamed response and how to release what feeds them."""
+    """The bytes of a streamed response and how to release what feeds them (besides closing ``events``)."""
 
     events: AsyncIterator[bytes]
-    close: Callable[[], Awaitable[None]]
+    close: Callable[[], Awaitable[None]] = _nothing_to_release
     on_client_gone: Callable[[], None] | None = None
 
 

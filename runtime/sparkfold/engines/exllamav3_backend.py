@@ -464,9 +464,9 @@ class Exllamav3Generator(ThreadedEngine[_Request]):
     def _gather(self) -> bool:
         """Admit the rest of a burst before the first step; ``False`` when asked to stop.
 
-        exllamav3 prefills every waiting prompt at once only while nothing generates yet; a prompt
-        that arrives one step later waits its turn under the prefill cooldown. So an idle engine
-        that just got a request keeps taking requests until none came for ``gather_s``.
+        exllamav3 prefills the prompts that wait at the first step together; one that arrives a
+        moment later is prefilled a step later (with a prefill cooldown, only in its turn). So an
+        idle engine that just got a request keeps taking requests until none came for ``gather_s``.
         """
         if self._gather_s <= 0:
             return True

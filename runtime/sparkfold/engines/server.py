@@ -57,13 +57,9 @@ M = TypeVar("M", bound=BaseModel)
 _STREAM_HEADERS = (*SSE_HEADERS, (b"connection", b"close"))
 
 
-async def _nothing_to_release() -> None:
-    return None
-
-
 def _stream(events: AsyncIterator[bytes]) -> StreamResponse:
     """SSE that stops the generation when the client leaves (closing ``events`` cancels it)."""
-    return StreamResponse(EventStream(events, _nothing_to_release), _STREAM_HEADERS)
+    return StreamResponse(EventStream(events), _STREAM_HEADERS)
 
 
 def _error(error: ApiError) -> JSONResponse:
