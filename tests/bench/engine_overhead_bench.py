@@ -25,14 +25,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
-
-import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.bench.server_vs_direct import (
@@ -46,7 +42,7 @@ from tests.bench.server_vs_direct import (
     server_round,
 )
 from tests.fakes.busy_exllamav3 import BUSY_EXL, BusyGenerator
-from tests.integration.engine_procs import RUNTIME, free_port
+from tests.integration.engine_procs import ChildProcess, free_port, wait_healthy
 
 CONTEXT = 16_384
 
@@ -92,20 +88,6 @@ def serve(args: argparse.Namespace) -> None:
     uvicorn.run(create_app(service), host="127.0.0.1", port=args.serve, log_level="warning", lifespan="off")
 
 
-def _wait_ready(url: str, child: subprocess.Popen[bytes], deadline_s: float = 120) -> None:
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        if child.poll() is not None:
-            raise SystemExit(f"the engine server exited with {child.returncode}")
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    raise SystemExit(f"the engine server did not answer within {deadline_s:.0f} s")
-
-
 def _thread_cpu_s(pid: int, tid: int) -> float:
     fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
@@ -133,18 +115,16 @@ def measure(args: argparse.Namespace, at: list[int], report: Report) -> None:
     argv += ["--step-ms", str(args.step_ms), "--gil-share", str(args.gil_share)]
     argv += ["--gather-ms", str(args.gather_ms), "--tokens", str(args.tokens)]
     argv += ["--prefill-cooldown", str(args.prefill_cooldown), "--shared-chunk", args.shared_chunk]
-    env = {**os.environ, "PYTHONPATH": str(RUNTIME), "OMP_NUM_THREADS": "1"}
-    child = subprocess.Popen(argv, env=env)
+    child = ChildProcess(argv, workdir / "server.log")
     try:
         url = f"http://127.0.0.1:{port}"
-        _wait_ready(url, child)
+        wait_healthy(url, child, deadline_s=120)
         direct = GeneratorLoop(BUSY_EXL, torch, _busy(args), _tokenizer(tokenizer_dir))
         levels(url, direct, args.tokens, args.rounds, at, report.level)
-        cpu_us = loop_cpu_per_token(url, child.pid, args.tokens)
+        cpu_us = loop_cpu_per_token(url, child.proc.pid, args.tokens)
         print(f"server event-loop thread: {cpu_us:.0f} µs CPU per token", flush=True)
     finally:
-        child.terminate()
-        child.wait(timeout=30)
+        child.stop()
 
 
 def main() -> None:

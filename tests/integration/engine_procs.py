@@ -50,27 +50,17 @@ def write_config(
     return path
 
 
-class EngineProcess:
-    """``sparkfold engine --config FILE`` as a child process (optionally inside a netns)."""
+class ChildProcess:
+    """A child process running this checkout's runtime, its output in ``log``."""
 
-    def __init__(
-        self, config: Path, log: Path, prefix: Sequence[str] = (), env: dict[str, str] | None = None
-    ) -> None:
+    def __init__(self, command: Sequence[str], log: Path, env: dict[str, str] | None = None) -> None:
         base = {**os.environ, "PYTHONPATH": str(RUNTIME), "OMP_NUM_THREADS": "1"}
         base.pop("NOTIFY_SOCKET", None)
-        env = {**base, **(env or {})}
         self.log = log
         self._out = log.open("wb")
-        command = [
-            *prefix,
-            sys.executable,
-            "-c",
-            "from sparkfold.cli import main; main()",
-            "engine",
-            "--config",
-            str(config),
-        ]
-        self.proc = subprocess.Popen(command, env=env, stdout=self._out, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            command, env={**base, **(env or {})}, stdout=self._out, stderr=subprocess.STDOUT
+        )
 
     def output(self) -> str:
         self._out.flush()
@@ -93,7 +83,17 @@ class EngineProcess:
         self._out.close()
 
 
-def wait_healthy(url: str, proc: EngineProcess, deadline_s: float = 240) -> None:
+class EngineProcess(ChildProcess):
+    """``sparkfold engine --config FILE`` as a child process (optionally inside a netns)."""
+
+    def __init__(
+        self, config: Path, log: Path, prefix: Sequence[str] = (), env: dict[str, str] | None = None
+    ) -> None:
+        command = [*prefix, sys.executable, "-c", "from sparkfold.cli import main; main()"]
+        super().__init__([*command, "engine", "--config", str(config)], log, env)
+
+
+def wait_healthy(url: str, proc: ChildProcess, deadline_s: float = 240) -> None:
     """Poll ``/health`` until it says ok (bounded); fail with the process log otherwise."""
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
