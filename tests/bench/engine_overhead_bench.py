@@ -68,7 +68,7 @@ def serve(args: argparse.Namespace) -> None:
     import torch
     import uvicorn
 
-    from sparkfold.engines.exllamav3_backend import Exllamav3Generator, Lane
+    from sparkfold.engines.exllamav3 import Exllamav3Generator, Lane
     from sparkfold.engines.server import create_app
     from sparkfold.engines.serving import EngineService
 

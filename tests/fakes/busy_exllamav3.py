@@ -11,7 +11,7 @@ starts every ``prefill_cooldown + 1`` steps. The reply is the prompt's tokens ag
 (real text).
 
 ``BUSY_EXL`` is the slice of the ``exllamav3`` module our engine uses (``Job``, samplers,
-``Filter``), so :class:`sparkfold.engines.exllamav3_backend.Exllamav3Generator` runs on it as
+``Filter``), so :class:`sparkfold.engines.exllamav3.Exllamav3Generator` runs on it as
 it would on the real one.
 """
 

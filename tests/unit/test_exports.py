@@ -9,8 +9,9 @@ import pytest
 
 import sparkfold
 
-# modules whose import needs an optional heavy extra that may be absent (GPU engines)
-OPTIONAL = ("sparkfold.engines.exllamav3",)
+# modules whose import needs an optional heavy extra that may be absent (none today: the GPU
+# engine's package imports exllamav3 only when the engine starts)
+OPTIONAL: tuple[str, ...] = ()
 
 
 def modules() -> list[str]:

@@ -1,24 +1,39 @@
-"""The half our two engines share: a Hugging Face tokenizer and one engine thread fed by an inbox.
+"""The half our two engines share: a Hugging Face tokenizer and one engine thread that schedules.
 
 :class:`ThreadedEngine` implements the tokenizer side of the :class:`~sparkfold.engines.generator.Generator`
-seam and its request plumbing: ``generate`` puts a job on the inbox and streams the token ids the
-engine thread emits back to the event loop. A subclass builds its model, calls :meth:`_start`, and
-writes the thread's loop, ``_run``, which takes jobs (``None`` means stop) from ``self._inbox``.
+seam, its request plumbing and the engine thread's scheduling loop: ``generate`` puts a job on the
+inbox and streams the token ids the engine thread emits back to the event loop; the thread admits
+jobs up to ``parallel``, ends the ones whose client left, and steps the model. A subclass builds
+its model, calls :meth:`_start`, and writes what is its own:
+
+``_begin(job)``   put an admitted job on the model (``None``), or the error that refuses it alone
+``_step()``       one step of every running job; a finished job ends with :meth:`_end`
+``_release(job)`` free what a job held on the model (it ended, failed or was cancelled)
+``_cancel(job)``  tell the model a job was abandoned (before ``_release``)
+``_idle()``       nothing ran for ``idle_wait_s``
+``_after_step()`` after each turn of the loop (snapshots)
+``_shutdown()``   the loop ended on request (not on a failure)
 """
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
-from collections.abc import AsyncIterator, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from sparkfold.engines.generator import Emit, EngineFailure, SamplingParams, stream_from_thread
+from sparkfold.engines.generator import CapacityError, Emit, EngineFailure, SamplingParams, stream_from_thread
 
 __all__ = ["Job", "ThreadedEngine"]
 
+log = logging.getLogger(__name__)
+
 SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "pad_token", "unk_token")
+GATHER_SPAN = 8
+"""A burst is gathered for at most ``GATHER_SPAN`` × ``gather_s`` in all."""
 
 
 @dataclass(eq=False)
@@ -35,10 +50,16 @@ J = TypeVar("J", bound=Job)
 
 
 class ThreadedEngine(Generic[J]):
-    """Tokenizer methods, health, ``generate`` and ``close`` over one engine thread."""
+    """Tokenizer methods, health, ``generate``, ``close`` and the scheduling loop over one engine thread."""
 
     job_type: type[J]
+    parallel: int
+    idle_wait_s = 0.5
+    """How long an idle engine thread waits for a job before it calls :meth:`_idle`."""
+    gather_s = 0.0
+    """An idle engine that just got a job keeps admitting until none came for this long (0: off)."""
     _fatal: str | None = None
+    _on_fatal: Callable[[str], None] | None = None
 
     def _start(self, tokenizer: Any) -> None:
         """Adopt the tokenizer and start the engine thread (call last in ``__init__``)."""
@@ -50,11 +71,33 @@ class ThreadedEngine(Generic[J]):
             if isinstance(value := getattr(tokenizer, name, None), str)
         }
         self._inbox: queue.Queue[J | None] = queue.Queue()
+        self._active: dict[J, None] = {}
+        """Running jobs in admission order (only the engine thread touches it)."""
         self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
         self._thread.start()
 
-    def _run(self) -> None:
+    # --- what a subclass writes -----------------------------------------------------------------
+
+    def _begin(self, job: J) -> BaseException | None:
         raise NotImplementedError
+
+    def _step(self) -> None:
+        raise NotImplementedError
+
+    def _release(self, job: J) -> None:
+        return None
+
+    def _cancel(self, job: J) -> None:
+        return None
+
+    def _idle(self) -> None:
+        return None
+
+    def _after_step(self) -> None:
+        return None
+
+    def _shutdown(self) -> None:
+        return None
 
     # --- tokenizer ------------------------------------------------------------------------------
 
@@ -88,3 +131,105 @@ class ThreadedEngine(Generic[J]):
         """Stop the engine thread; the thread's loop ends what still runs."""
         self._inbox.put(None)
         self._thread.join(timeout=30)
+
+    # --- the engine thread ----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            while True:
+                if not self._active:
+                    try:
+                        first = self._inbox.get(timeout=self.idle_wait_s)
+                    except queue.Empty:
+                        self._idle()
+                        continue
+                    if first is None or not self._admit(first) or not self._gather():
+                        break
+                if not self._drain_inbox():
+                    break
+                self._reap()
+                if self._active:
+                    self._step()
+                self._after_step()
+            for job in list(self._active):
+                self._end(job, None)
+            self._shutdown()
+        except Exception as exc:
+            log.exception("engine stopped")
+            self._fail(f"engine stopped: {exc}")
+
+    def _gather(self) -> bool:
+        """Admit the rest of a burst before the first step; ``False`` when asked to stop.
+
+        A batching engine prefills the prompts that wait at its first step together; one that
+        arrives a moment later is prefilled a step later. So an idle engine that just got a
+        request keeps taking requests until none came for ``gather_s``.
+        """
+        if self.gather_s <= 0:
+            return True
+        deadline = time.monotonic() + GATHER_SPAN * self.gather_s
+        while len(self._active) < self.parallel:
+            wait = min(self.gather_s, deadline - time.monotonic())
+            if wait <= 0:
+                return True
+            try:
+                job = self._inbox.get(timeout=wait)
+            except queue.Empty:
+                return True
+            if not self._admit(job):
+                return False
+        return True
+
+    def _drain_inbox(self) -> bool:
+        """Admit what waits; ``False`` when asked to stop."""
+        while True:
+            try:
+                job = self._inbox.get_nowait()
+            except queue.Empty:
+                return True
+            if not self._admit(job):
+                return False
+
+    def _admit(self, job: J | None) -> bool:
+        """Start ``job`` (or refuse it alone); ``False`` when it is the stop sentinel."""
+        if job is None:
+            return False
+        if len(self._active) >= self.parallel:
+            job.emit(CapacityError(f"the engine runs {self.parallel} requests already"))
+            return True
+        refused = self._begin(job)
+        if refused is not None:
+            job.emit(refused)
+            return True
+        self._active[job] = None
+        return True
+
+    def _reap(self) -> None:
+        """End the running jobs whose client left."""
+        for job in list(self._active):
+            if job.cancel.is_set():
+                self._cancel(job)
+                self._end(job, None)
+
+    def _end(self, job: J, error: BaseException | None) -> None:
+        """``job`` is over: release it and tell its caller (``None``: done)."""
+        if job in self._active:
+            del self._active[job]
+            self._release(job)
+        job.emit(error)
+
+    def _fail(self, message: str) -> None:
+        """The engine cannot go on: fail every running and queued job, then tell the supervisor."""
+        self._fatal = message
+        for job in list(self._active):
+            self._active.pop(job, None)
+            job.emit(EngineFailure(message))
+        while True:
+            try:
+                queued = self._inbox.get_nowait()
+            except queue.Empty:
+                break
+            if queued is not None:
+                queued.emit(EngineFailure(message))
+        if self._on_fatal is not None:
+            self._on_fatal(message)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import inspect
 import json
 import logging
-import queue
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ from typing import Any
 import torch
 
 from sparkfold.config import EngineSettings
-from sparkfold.engines.generator import CapacityError, EngineFailure
+from sparkfold.engines.generator import EngineFailure
 from sparkfold.engines.models import ModelSource, resolve_model
 from sparkfold.engines.sampling import sample
 from sparkfold.engines.tensor_parallel import Link, Op, Rendezvous, meet, split_mlps
@@ -212,63 +211,29 @@ class TransformersGenerator(ThreadedEngine[_Job]):
         self.eos_token_ids = _eos_ids(runner.model, tokenizer)
         self.vocab_size = int(runner.model.get_input_embeddings().num_embeddings)
         self._free = list(range(parallel))
+        self.idle_wait_s = KEEPALIVE_S
         self._start(tokenizer)
 
-    # --- the engine thread ----------------------------------------------------------------------
+    # --- the engine thread (the loop is ThreadedEngine's) ----------------------------------------
 
-    def _run(self) -> None:
-        active: list[_Job] = []
-        try:
-            while True:
-                if not active:
-                    try:
-                        job = self._inbox.get(timeout=KEEPALIVE_S)
-                    except queue.Empty:
-                        self._runner.keepalive()
-                        continue
-                    if job is None:
-                        break
-                    self._admit(job, active)
-                stopping = False
-                while True:
-                    try:
-                        job = self._inbox.get_nowait()
-                    except queue.Empty:
-                        break
-                    if job is None:
-                        stopping = True
-                        break
-                    self._admit(job, active)
-                if stopping:
-                    for job in list(active):
-                        self._finish(job, active, None)
-                    break
-                for job in list(active):
-                    try:
-                        self._step(job, active)
-                    except Exception as exc:
-                        if self._runner.link is not None:
-                            raise  # the ranks may be out of step now: stop, the supervisor exits
-                        log.exception("request failed")
-                        self._finish(job, active, exc)
-            self._runner.stop()
-        except Exception as exc:
-            self._fail(f"engine stopped: {exc}", active)
-
-    def _admit(self, job: _Job, active: list[_Job]) -> None:
-        if not self._free:
-            job.emit(CapacityError(f"the engine runs {self.parallel} requests already"))
-            return
+    def _begin(self, job: _Job) -> BaseException | None:
         job.slot = self._free.pop()
         if not job.params.greedy:
             job.rng = torch.Generator().manual_seed(job.params.seed)
         self._runner.open(job.slot)
-        active.append(job)
+        return None
 
-    def _step(self, job: _Job, active: list[_Job]) -> None:
-        if job.cancel.is_set():
-            self._finish(job, active, None)
-            return
+    def _step(self) -> None:
+        for job in list(self._active):
+            try:
+                self._step_one(job)
+            except Exception as exc:
+                if self._runner.link is not None:
+                    raise  # the ranks may be out of step now: stop, the supervisor exits
+                log.exception("request failed")
+                self._end(job, exc)
+
+    def _step_one(self, job: _Job) -> None:
         if job.last is None:  # the prompt, with its pictures
             logits = self._runner.forward(job.slot, job.prompt, job.params.prefill_inputs)
         else:
@@ -282,28 +247,17 @@ class TransformersGenerator(ThreadedEngine[_Job]):
         params = job.params
         ended = (token in self.eos_token_ids and not params.ignore_eos) or token in params.stop_token_ids
         if ended or job.produced >= params.max_tokens:
-            self._finish(job, active, None)
+            self._end(job, None)
 
-    def _finish(self, job: _Job, active: list[_Job], error: BaseException | None) -> None:
-        active.remove(job)
+    def _release(self, job: _Job) -> None:
         self._runner.close(job.slot)
         self._free.append(job.slot)
-        job.emit(error)
 
-    def _fail(self, message: str, active: list[_Job]) -> None:
-        log.error("%s", message)
-        self._fatal = message
-        for job in active:
-            job.emit(EngineFailure(message))
-        while True:  # answer what is still queued
-            try:
-                queued = self._inbox.get_nowait()
-            except queue.Empty:
-                break
-            if queued is not None:
-                queued.emit(EngineFailure(message))
-        if self._on_fatal is not None:
-            self._on_fatal(message)
+    def _idle(self) -> None:
+        self._runner.keepalive()
+
+    def _shutdown(self) -> None:
+        self._runner.stop()
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:

@@ -159,7 +159,7 @@ def run_rank(settings: Settings) -> int:
 
 def _run_exllamav3(settings: Settings) -> int:
     """The GPU engine: one process on this host; ``tp`` = local GPUs (exllamav3's own workers)."""
-    from sparkfold.engines.exllamav3_backend import Exllamav3Unavailable, PoolTooSmall, load
+    from sparkfold.engines.exllamav3 import Exllamav3Unavailable, PoolTooSmall, load
 
     engine = settings.engine
     notify(f"MAINPID={os.getpid()}", "STATUS=starting")

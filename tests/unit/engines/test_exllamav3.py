@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from sparkfold.config import EngineSettings, Exllamav3Settings
-from sparkfold.engines import exllamav3_backend as backend
+from sparkfold.engines import exllamav3 as backend
 from sparkfold.engines.generator import CapacityError, SamplingParams
 from sparkfold.glm.grammar import allocate_bitmask
 

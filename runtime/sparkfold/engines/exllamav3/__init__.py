@@ -1,0 +1,51 @@
+"""The ``exllamav3`` engine: GLM-5.3-Flash (or any EXL3 model) on this host's GPUs.
+
+Prompt rendering, output parsing and the structured-output matcher are ``sparkfold.glm``'s,
+exactly as for the CPU engine, so the gateway cannot tell the two apart. One module per job:
+
+``availability``  importing exllamav3 (and torch with CUDA) only when the engine starts
+``sizing``        the KV pool and the request window, from free memory (pure)
+``jobs``          one request as an exllamav3 ``Job`` (sampler, stops, grammar filter)
+``vision``        pictures: their placeholder runs and embeddings
+``generator``     the engine thread over exllamav3's generator(s)
+``loading``       :func:`load`: model, drafts, vision tower, pools, generator
+"""
+
+from __future__ import annotations
+
+from sparkfold.engines.exllamav3.availability import Exllamav3Unavailable, import_exllamav3
+from sparkfold.engines.exllamav3.generator import Exllamav3Generator, Lane
+from sparkfold.engines.exllamav3.jobs import job_for, matcher_filter, sampler_for, stop_ids
+from sparkfold.engines.exllamav3.loading import Loaded, load
+from sparkfold.engines.exllamav3.sizing import (
+    PAGE_TOKENS,
+    PoolTooSmall,
+    cache_layer,
+    plan_pool,
+    request_window,
+    round_pages,
+    weight_bytes,
+)
+from sparkfold.engines.exllamav3.vision import VisionPreprocessor, splice_embeddings
+
+__all__ = [
+    "PAGE_TOKENS",
+    "Exllamav3Generator",
+    "Exllamav3Unavailable",
+    "Lane",
+    "Loaded",
+    "PoolTooSmall",
+    "VisionPreprocessor",
+    "cache_layer",
+    "import_exllamav3",
+    "job_for",
+    "load",
+    "matcher_filter",
+    "plan_pool",
+    "request_window",
+    "round_pages",
+    "sampler_for",
+    "splice_embeddings",
+    "stop_ids",
+    "weight_bytes",
+]
