@@ -24,9 +24,19 @@ def test_ansible_lint_production_profile_is_clean(repo: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def host_systemd() -> str:
+    """This host's ``systemctl --version`` line (units render per systemd version); '' without one."""
+    if shutil.which("systemctl") is None:
+        return ""
+    return subprocess.run(["systemctl", "--version"], capture_output=True, text=True).stdout.partition("\n")[0]
+
+
 def render_example(repo: Path, folder: Path) -> None:
-    """What the example inventory renders (sparkfold.toml and the units), per host under ``folder``."""
+    """What the example inventory renders (sparkfold.toml and the units) for this host's systemd, per
+    host under ``folder``."""
     args = ["-i", "inventory/example", "tests/ansible/render.yml", "-e", f"render_dir={folder}"]
+    if host_systemd():
+        args += ["-e", f"render_systemd='{host_systemd()}'"]
     result = ansible(repo, "ansible-playbook", *args)
     assert result.returncode == 0, result.stdout + result.stderr
 
