@@ -28,7 +28,8 @@ def host_systemd() -> str:
     """This host's ``systemctl --version`` line (units render per systemd version); '' without one."""
     if shutil.which("systemctl") is None:
         return ""
-    return subprocess.run(["systemctl", "--version"], capture_output=True, text=True).stdout.partition("\n")[0]
+    version = subprocess.run(["systemctl", "--version"], capture_output=True, text=True).stdout
+    return version.partition("\n")[0]
 
 
 def render_example(repo: Path, folder: Path) -> None:
