@@ -49,6 +49,8 @@ DEFAULT_CONFIG_PATH = Path("/etc/sparkfold/sparkfold.toml")
 DEFAULT_RENDEZVOUS_PORT = 29551
 DEFAULT_ENGINE_PORT = 18888
 DEFAULT_API_PORT = 8888
+LANES_PER_QUEUE = 4
+"""Queued requests per lane when ``api.max_queued`` is left out."""
 
 
 class ConfigError(ValueError):
@@ -320,8 +322,12 @@ class ApiSettings(_Section):
 
     host: str = Field("0.0.0.0", description="bind address; keys are required unless it is loopback")
     port: int = Field(DEFAULT_API_PORT, ge=1, le=65535)
-    parallel: int = Field(4, ge=1, le=256, description="requests sent to the engine at once (lanes)")
-    max_queued: int = Field(16, ge=0, le=10_000, description="requests waiting for a lane; past that, 429")
+    parallel: int = Field(
+        4, ge=1, le=256, description="requests sent to the engine at once (lanes); unset = engine.parallel"
+    )
+    max_queued: int = Field(
+        16, ge=0, le=10_000, description="requests waiting for a lane; past that, 429; unset = 4 x lanes"
+    )
     keepalive_s: float = Field(15.0, gt=0, description="SSE keepalive comment after this much silence")
     api_keys_file: Path | None = Field(None, description="API keys, one per line (plain or sha256:HEX)")
     require_keys: bool | None = Field(None, description="default: required unless host is loopback")
@@ -357,6 +363,22 @@ class Settings(_Section):
     engine: EngineSettings
     api: ApiSettings = Field(default_factory=ApiSettings)
     paths: PathSettings = Field(default_factory=PathSettings)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lanes_follow_the_engine(cls, data: Any) -> Any:
+        """``api.parallel`` left out = the engine's ``parallel``; ``api.max_queued`` = 4 per lane."""
+        if not isinstance(data, Mapping):
+            return data
+        engine, api = data.get("engine"), data.get("api", {})
+        if not isinstance(engine, Mapping) or not isinstance(api, Mapping):
+            return data
+        api = dict(api)
+        engine_lanes = engine.get("parallel", EngineSettings.model_fields["parallel"].default)
+        lanes = api.setdefault("parallel", engine_lanes)
+        if isinstance(lanes, int):
+            api.setdefault("max_queued", LANES_PER_QUEUE * lanes)
+        return {**data, "api": api}
 
     @model_validator(mode="after")
     def _topology(self) -> Settings:

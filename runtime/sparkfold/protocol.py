@@ -270,7 +270,11 @@ class PeerState(_Wire):
 
 
 class EngineHealth(_Wire):
-    """``GET /health`` of an engine server (TensorFold's counters, sparkfold's peer block)."""
+    """``GET /health`` of an engine server (TensorFold's counters, sparkfold's peer block).
+
+    Fields not named here (the reference recipe's ``pool_tokens``, ``kept_prompts``, ``spill`` …)
+    are kept as they are and shown in the gateway's ``/health``.
+    """
 
     ok: bool
     backend: str
@@ -286,7 +290,9 @@ class EngineHealth(_Wire):
     drafted_total: int = 0
     accepted_total: int = 0
     context_length: int = 0
-    streams: int = 1
+    streams: int | dict[str, int] = Field(
+        1, description="concurrent streams; the reference recipe's engine: decoding, filling, paused"
+    )
     peer: PeerState | None = None
     pool: dict[str, int] | None = None
     """Engines with a shared KV pool: pool, free and kept (reusable) tokens, lanes (exllamav3)."""

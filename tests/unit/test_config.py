@@ -91,3 +91,12 @@ def test_fingerprint_follows_engine_fields() -> None:
     assert engine_fingerprint(a) != engine_fingerprint(b)
     names = engine_differences(a.engine.model_dump(mode="json"), b.engine.model_dump(mode="json"))
     assert names == ["engine.transformers.dtype"]
+
+
+def test_gateway_lanes_and_queue_follow_the_engine_unless_given() -> None:
+    follows = parse({"engine": {"model": "m", "parallel": 2}})
+    assert (follows.api.parallel, follows.api.max_queued) == (2, 8)
+    given = parse({"engine": {"model": "m", "parallel": 2}, "api": {"parallel": 1, "max_queued": 3}})
+    assert (given.api.parallel, given.api.max_queued) == (1, 3)
+    default = parse({"engine": {"model": "m"}})
+    assert (default.api.parallel, default.api.max_queued) == (4, 16)
