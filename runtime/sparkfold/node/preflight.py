@@ -1,12 +1,23 @@
 """``sparkfold preflight``: can this node run its engine rank?
 
-Checks, in order: the operating system, the CPU architecture, available memory and free disk
-against thresholds, and (only where ``engine.kind`` needs them) an NVIDIA GPU and Docker with the
-NVIDIA container runtime. Every failure is one :class:`~sparkfold.node.checks.Check` whose ``fix``
-says what to do. The same function runs from the Ansible preflight role and as ``ExecStartPre``.
+Checks, in order: the operating system, the CPU architecture, the node's total memory, available
+memory and free disk against thresholds, and (only where ``engine.kind`` needs them) an NVIDIA GPU
+and Docker with the NVIDIA container runtime. Every failure is one
+:class:`~sparkfold.node.checks.Check` whose ``fix`` says what to do. The same function runs from the
+Ansible preflight role and as ``ExecStartPre``.
 
 Thresholds default per engine kind (:data:`DEFAULT_THRESHOLDS`); the production pair needs ~110 GiB
 of available memory per node (weights, KV pool and reserve) and room for the checkpoint.
+
+Only what is about to be loaded or written is asked for, so a re-run on a serving pair never
+stops on the memory and disk the pair itself uses:
+
+- total memory and the architecture are always checked (a node that can never run fails early);
+- available memory is checked only when no rank runs here (:mod:`sparkfold.node.serving`): the
+  memory a serving rank holds is released when it restarts, and ``ExecStartPre`` checks it then;
+- free disk is checked for what is still missing: the threshold less the bytes the weights
+  (``engine.model``) and the engine image already occupy, and not at all while a rank serves this
+  very engine configuration (its weights and image are in place).
 """
 
 from __future__ import annotations
@@ -17,8 +28,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparkfold.config import Settings
+from sparkfold.config import Settings, engine_fingerprint
 from sparkfold.node.checks import Check, Report, Runner, run_command
+from sparkfold.node.serving import Serving, serving
 
 __all__ = ["DEFAULT_THRESHOLDS", "SUPPORTED_OS", "Thresholds", "preflight"]
 
@@ -85,18 +97,41 @@ def _check_arch(kind: str, machine: str) -> Check:
     )
 
 
-def _mem_available_gib(root: Path) -> float | None:
+def _meminfo_gib(root: Path, field: str) -> float | None:
     path = root / "proc/meminfo"
     if not path.is_file():
         return None
     for line in path.read_text(encoding="utf-8").splitlines():
-        if line.startswith("MemAvailable:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) * 1024 / GIB
     return None
 
 
-def _check_memory(root: Path, need: float) -> Check:
-    have = _mem_available_gib(root)
+def _check_memory_total(root: Path, need: float) -> Check:
+    have = _meminfo_gib(root, "MemTotal")
+    if have is None:
+        return Check("memory_total", False, "MemTotal not found in /proc/meminfo", "run on Linux")
+    if have >= need:
+        return Check("memory_total", True, f"{have:.1f} GiB in all (need {need:g})")
+    return Check(
+        "memory_total",
+        False,
+        f"this node has {have:.1f} GiB of memory in all; the engine needs {need:g} available",
+        "run the engine on a node with more memory (a DGX Spark has 128 GB), or lower engine.context",
+    )
+
+
+def _check_memory(root: Path, need: float, running: Serving | None, fingerprint: str) -> Check:
+    if running is not None:
+        what = "this engine configuration" if running.fingerprint == fingerprint else "another configuration"
+        return Check(
+            "memory",
+            True,
+            f"rank {running.rank} (pid {running.pid}) serves {what} and holds its memory; "
+            "available memory is checked at the engine's next start (ExecStartPre), once released",
+            skipped=True,
+        )
+    have = _meminfo_gib(root, "MemAvailable")
     if have is None:
         return Check("memory", False, "MemAvailable not found in /proc/meminfo", "run on Linux 3.14 or later")
     detail = f"{have:.1f} GiB available (need {need:g})"
@@ -116,16 +151,48 @@ def _existing_parent(path: Path) -> Path:
     return path
 
 
-def _check_disk(state_dir: Path, need: float) -> Check:
-    where = _existing_parent(state_dir)
+def _tree_bytes(path: Path) -> int:
+    """Bytes of the regular files under ``path`` (a file or a folder; 0 when absent)."""
+    if path.is_file():
+        return path.stat().st_size
+    if not path.is_dir():
+        return 0
+    return sum(
+        entry.stat().st_size for entry in path.rglob("*") if entry.is_file() and not entry.is_symlink()
+    )
+
+
+def _image_bytes(settings: Settings, run: Runner) -> int:
+    """Size of the engine image when it is already here (docker launcher), else 0."""
+    tensorfold = settings.engine.tensorfold
+    if settings.engine.kind != "tensorfold" or tensorfold.launcher != "docker":
+        return 0
+    result = run(["docker", "image", "inspect", "--format", "{{.Size}}", tensorfold.image])
+    text = result.stdout.strip()
+    return int(text) if result.returncode == 0 and text.isdigit() else 0
+
+
+def _check_disk(settings: Settings, need: float, running: Serving | None, run: Runner) -> Check:
+    where = _existing_parent(settings.paths.state_dir)
     have = shutil.disk_usage(where).free / GIB
-    detail = f"{have:.1f} GiB free under {where} (need {need:g})"
-    if have >= need:
+    if running is not None and running.fingerprint == engine_fingerprint(settings):
+        return Check(
+            "disk",
+            True,
+            f"{have:.1f} GiB free under {where}; nothing to write: rank {running.rank} serves this "
+            "engine configuration (its weights and image are in place)",
+            skipped=True,
+        )
+    present = (_tree_bytes(Path(settings.engine.model)) + _image_bytes(settings, run)) / GIB
+    missing = max(0.0, need - present)
+    held = f", {present:.1f} GiB of it already here (weights, image)" if present else ""
+    detail = f"{have:.1f} GiB free under {where} (need {missing:.1f} more of {need:g}{held})"
+    if have >= missing:
         return Check("disk", True, detail)
     return Check(
         "disk",
         False,
-        f"only {have:.1f} GiB free under {where} (need {need:g})",
+        f"only {have:.1f} GiB free under {where} (need {missing:.1f} more of {need:g}{held})",
         "free space there, or point paths.state_dir at a larger disk",
     )
 
@@ -183,11 +250,20 @@ def preflight(
     """Check this node for ``settings``; ``root``, ``machine`` and ``run`` let tests swap the host."""
     kind = settings.engine.kind
     limits = thresholds or DEFAULT_THRESHOLDS[kind]
-    report = Report(facts={"engine_kind": kind, "memory_gib": limits.memory_gib, "disk_gib": limits.disk_gib})
+    running = serving(root)
+    report = Report(
+        facts={
+            "engine_kind": kind,
+            "memory_gib": limits.memory_gib,
+            "disk_gib": limits.disk_gib,
+            "serving": None if running is None else running.fingerprint == engine_fingerprint(settings),
+        }
+    )
     report.add(_check_os(root))
     report.add(_check_arch(kind, machine or platform.machine()))
-    report.add(_check_memory(root, limits.memory_gib))
-    report.add(_check_disk(settings.paths.state_dir, limits.disk_gib))
+    report.add(_check_memory_total(root, limits.memory_gib))
+    report.add(_check_memory(root, limits.memory_gib, running, engine_fingerprint(settings)))
+    report.add(_check_disk(settings, limits.disk_gib, running, run))
     if kind in ("exllamav3", "tensorfold"):
         report.add(_check_gpu(run))
     else:

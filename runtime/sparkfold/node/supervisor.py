@@ -24,6 +24,7 @@ from sparkfold.config import Settings
 from sparkfold.engines.models import resolve_model
 from sparkfold.node.notify import notify, watchdog_interval_s
 from sparkfold.node.peer import HEARTBEAT_PORT_OFFSET, PeerWatch, start_peer_watch
+from sparkfold.node.serving import mark_serving
 from sparkfold.protocol import PeerState
 
 __all__ = ["EngineUnavailable", "RankError", "describe", "run_rank"]
@@ -152,7 +153,7 @@ def run_rank(settings: Settings) -> int:
         raise RankError(str(exc)) from None
     log.info("loaded %s in %.1f s", loaded.source.describe(), loaded.load_s)
     if loaded.generator is None:
-        return _follow(loaded.runner, watch)
+        return _follow(settings, loaded.runner, watch)
     assert http is not None
     return asyncio.run(_serve(settings, loaded.generator, watch, http))
 
@@ -175,7 +176,7 @@ def _run_exllamav3(settings: Settings) -> int:
     return asyncio.run(_serve(settings, loaded.generator, None, http))
 
 
-def _follow(runner: Any, watch: PeerWatch | None) -> int:
+def _follow(settings: Settings, runner: Any, watch: PeerWatch | None) -> int:
     """Rank 1: mirror rank 0 in a thread; the main thread handles signals and the watchdog."""
     from sparkfold.engines.generator import EngineFailure
 
@@ -201,6 +202,7 @@ def _follow(runner: Any, watch: PeerWatch | None) -> int:
     follower.start()
     log.info("rank 1 ready, following rank 0")
     notify("READY=1", "STATUS=loaded; following rank 0")
+    mark_serving(settings)
     interval = watchdog_interval_s() or 1.0
     while not done.wait(interval):
         if watch is None or watch.alive():
@@ -290,6 +292,7 @@ async def _serve(settings: Settings, generator: Any, watch: PeerWatch | None, ht
             generator.context_length,
         )
         notify("READY=1", f"STATUS=serving {engine.served_name}")
+        mark_serving(settings)
         interval = watchdog_interval_s() or 1.0
         while not serving.done():
             await asyncio.wait([serving], timeout=interval)

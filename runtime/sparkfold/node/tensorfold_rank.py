@@ -32,6 +32,7 @@ from sparkfold.node.fabric import DEFAULT_SYSFS, discover
 from sparkfold.node.notify import notify, watchdog_interval_s
 from sparkfold.node.peer import start_peer_watch
 from sparkfold.node.roce import fabric_facts
+from sparkfold.node.serving import mark_serving
 
 __all__ = ["fabric_facts_for", "plan_for", "run_tensorfold_rank"]
 
@@ -92,6 +93,7 @@ def run_tensorfold_rank(settings: Settings, die: Callable[[str], Any]) -> int:
     status = "serving on the engine port" if settings.node.rank == 0 else "following rank 0"
     log.info("rank %d ready: %s", settings.node.rank, status)
     notify("READY=1", f"STATUS=rank {settings.node.rank} ready, {status}")
+    mark_serving(settings)
     interval = watchdog_interval_s() or 1.0
     while not stopping.wait(interval):
         if rank.returncode is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -10,16 +11,23 @@ from click.testing import CliRunner
 from node_fakes import FakeHost, settings
 
 from sparkfold.cli import main
+from sparkfold.config import Settings
 from sparkfold.node.preflight import Thresholds, preflight
+from sparkfold.node.serving import MARKER, RUN_DIR, mark_serving
 
 DEBIAN = 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nID=debian\n'
 
 
-def fake_root(tmp_path: Path, os_release: str = DEBIAN, available_kib: int = 64 * 1024 * 1024) -> Path:
+def fake_root(
+    tmp_path: Path,
+    os_release: str = DEBIAN,
+    available_kib: int = 64 * 1024 * 1024,
+    total_kib: int = 125 * 1024 * 1024,  # what a DGX Spark's /proc/meminfo shows (128 GB)
+) -> Path:
     (tmp_path / "etc").mkdir()
     (tmp_path / "proc").mkdir()
     (tmp_path / "etc/os-release").write_text(os_release)
-    (tmp_path / "proc/meminfo").write_text(f"MemTotal: 1 kB\nMemAvailable: {available_kib} kB\n")
+    (tmp_path / "proc/meminfo").write_text(f"MemTotal: {total_kib} kB\nMemAvailable: {available_kib} kB\n")
     return tmp_path
 
 
@@ -98,3 +106,118 @@ def test_command_json_and_exit_code(tmp_path: Path) -> None:
     failed = CliRunner().invoke(main, ["preflight", "--config", str(config), "--min-disk-gib", "1e12"])
     assert failed.exit_code == 1
     assert "FAIL disk: only" in failed.output and "Error: preflight failed: disk" in failed.output
+
+
+# --- A serving pair: preflight asks only for what is about to be loaded or written -------------------
+
+GIB_KIB = 1024 * 1024
+
+
+def serving_spark(tmp_path: Path, host: FakeHost, weights_gib: float) -> tuple[Path, Path]:
+    """A Spark as a serving rank leaves it: 8 GiB available of 125, and the weights on disk (sparse)."""
+    root = fake_root(tmp_path, available_kib=8 * GIB_KIB)
+    model = tmp_path / "state/models/GLM"
+    model.mkdir(parents=True)
+    for index, size in enumerate((weights_gib / 2, weights_gib / 2)):
+        with (model / f"model-{index:05d}.safetensors").open("wb") as shard:
+            shard.truncate(int(size * 1024**3))  # sparse: the size a real shard has, no real disk
+    host.answer(["nvidia-smi"], 0, "NVIDIA GB10, 128 GiB\n")
+    host.answer(["docker", "info"], 0, {"nvidia": {}, "runc": {}})
+    host.answer(["docker", "image", "inspect"], 0, f"{23 * 1024**3}\n")  # the engine image, present
+    return root, model
+
+
+def tensorfold_settings(tmp_path: Path, model: Path, **engine: object) -> Settings:
+    return settings(
+        engine={"kind": "tensorfold", "model": str(model), **engine},
+        paths={"state_dir": str(tmp_path / "state")},
+    )
+
+
+def mark(root: Path, s: Settings, pid: int = 4242) -> None:
+    """The marker a READY rank leaves in its RuntimeDirectory, and its process."""
+    (root / "proc" / str(pid)).mkdir()
+    folder = root / RUN_DIR
+    folder.mkdir(parents=True)
+    assert mark_serving(s, env={"RUNTIME_DIRECTORY": str(folder)}) == folder / MARKER
+    record = json.loads((folder / MARKER).read_text())
+    (folder / MARKER).write_text(json.dumps({**record, "pid": pid}))
+
+
+def free_gib(path: Path) -> float:
+    return shutil.disk_usage(path).free / 1024**3
+
+
+def test_a_rerun_on_a_serving_rank_passes_with_the_memory_and_disk_it_uses(
+    tmp_path: Path, host: FakeHost
+) -> None:
+    root, model = serving_spark(tmp_path, host, weights_gib=164)
+    s = tensorfold_settings(tmp_path, model)
+    mark(root, s)
+    # The disk is "full" for a fresh install: the threshold is beyond what is free.
+    limits = Thresholds(memory_gib=110, disk_gib=free_gib(tmp_path) + 150)
+    report = preflight(s, limits, root=root, machine="aarch64", run=host)
+    assert report.ok, report.to_dict()
+    memory, disk = by_name(report.checks, "memory"), by_name(report.checks, "disk")
+    assert memory.skipped and "serves this engine configuration" in memory.detail
+    assert disk.skipped and "nothing to write" in disk.detail
+    assert by_name(report.checks, "memory_total").ok and not by_name(report.checks, "memory_total").skipped
+    assert report.facts["serving"] is True
+
+
+def test_a_changed_config_on_a_serving_rank_defers_memory_and_counts_the_weights_on_disk(
+    tmp_path: Path, host: FakeHost
+) -> None:
+    root, model = serving_spark(tmp_path, host, weights_gib=164)
+    mark(root, tensorfold_settings(tmp_path, model))
+    changed = tensorfold_settings(tmp_path, model, context=262144)  # another fingerprint
+    limits = Thresholds(memory_gib=110, disk_gib=free_gib(tmp_path) + 150)
+    report = preflight(changed, limits, root=root, machine="aarch64", run=host)
+    assert report.ok, report.to_dict()
+    memory, disk = by_name(report.checks, "memory"), by_name(report.checks, "disk")
+    assert memory.skipped and "another configuration" in memory.detail and "ExecStartPre" in memory.detail
+    assert not disk.skipped and "187.0 GiB of it already here" in disk.detail  # 164 weights + 23 image
+    assert report.facts["serving"] is False
+
+
+def test_execstartpre_does_not_demand_the_space_the_weights_use(tmp_path: Path, host: FakeHost) -> None:
+    # The unit is starting: no rank runs (its RuntimeDirectory is gone), memory is back, weights stay.
+    root, model = serving_spark(tmp_path, host, weights_gib=164)
+    (root / "proc/meminfo").write_text(f"MemTotal: {125 * GIB_KIB} kB\nMemAvailable: {115 * GIB_KIB} kB\n")
+    s = tensorfold_settings(tmp_path, model)
+    report = preflight(s, Thresholds(110, free_gib(tmp_path) + 150), root=root, machine="aarch64", run=host)
+    assert report.ok, report.to_dict()
+    assert not by_name(report.checks, "memory").skipped and not by_name(report.checks, "disk").skipped
+
+
+def test_a_fresh_node_still_needs_the_whole_disk_and_memory(tmp_path: Path, host: FakeHost) -> None:
+    root, _ = serving_spark(tmp_path, host, weights_gib=164)
+    empty = tmp_path / "state/models/other"  # another model: nothing of it is here yet
+    host.answer(["docker", "image", "inspect"], 1, "")
+    s = tensorfold_settings(tmp_path, empty)
+    report = preflight(s, Thresholds(110, free_gib(tmp_path) + 150), root=root, machine="aarch64", run=host)
+    assert {c.name for c in report.failures} == {"memory", "disk"}
+    assert "only 8.0 GiB memory available (need 110)" in by_name(report.checks, "memory").detail
+
+
+def test_a_marker_whose_process_is_gone_is_no_serving_rank(tmp_path: Path, host: FakeHost) -> None:
+    root, model = serving_spark(tmp_path, host, weights_gib=1)
+    s = tensorfold_settings(tmp_path, model)
+    mark(root, s)
+    (root / "proc/4242").rmdir()
+    report = preflight(s, Thresholds(110, 0), root=root, machine="aarch64", run=host)
+    assert [c.name for c in report.failures] == ["memory"]
+
+
+def test_total_memory_is_always_checked(tmp_path: Path, host: FakeHost) -> None:
+    root, model = serving_spark(tmp_path, host, weights_gib=1)
+    s = tensorfold_settings(tmp_path, model)
+    mark(root, s)
+    (root / "proc/meminfo").write_text(f"MemTotal: {64 * GIB_KIB} kB\nMemAvailable: {8 * GIB_KIB} kB\n")
+    report = preflight(s, Thresholds(110, 0), root=root, machine="aarch64", run=host)
+    [failure] = report.failures
+    assert failure.name == "memory_total" and "64.0 GiB of memory in all" in failure.detail
+
+
+def test_outside_systemd_no_marker_is_written(tmp_path: Path) -> None:
+    assert mark_serving(settings(), env={}) is None
