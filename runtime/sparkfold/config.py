@@ -49,6 +49,8 @@ DEFAULT_CONFIG_PATH = Path("/etc/sparkfold/sparkfold.toml")
 DEFAULT_RENDEZVOUS_PORT = 29551
 DEFAULT_ENGINE_PORT = 18888
 DEFAULT_API_PORT = 8888
+TENSORFOLD_MAX_PARALLEL = 8
+TENSORFOLD_MAX_CONTEXT = 1_048_576
 LANES_PER_QUEUE = 4
 """Queued requests per lane when ``api.max_queued`` is left out."""
 
@@ -273,6 +275,63 @@ class TensorfoldSettings(_Section):
     stop_timeout_s: float = Field(
         30.0, ge=0, description="on stop, SIGTERM then this long before SIGKILL (docker stop -t)"
     )
+    image_profile: Path | None = Field(
+        None,
+        description="what the image's patch series supports (written by the image role); "
+        "unset = stock TensorFold v0.6.0, no series",
+    )
+    # --- the reference recipe's engine (its patch series); unset = not passed, the image's default
+    kv: Literal["bf16", "fp8"] | None = Field(
+        None, description="KV cache rows (TF_GLM_KV); fp8 needs a series"
+    )
+    dense: Literal["bf16", "fp8", "q4"] | None = Field(
+        None, description="BF16 dense weights as q4, fp8 or bf16 (TF_GLM_DENSE)"
+    )
+    verify_window: int | None = Field(
+        None, ge=16, le=64, description="verify-window rows per round, 16-64 step 8 (TF_GLM_MULTI_WINDOW)"
+    )
+    pool_gib: float | None = Field(
+        None, gt=0, description="KV pool cap beyond the window / kept states (TF_GLM_CACHE_GIB)"
+    )
+    kept_entries: int | None = Field(
+        None, ge=1, description="kept prompt states at most (TF_GLM_CACHE_ENTRIES)"
+    )
+    kept_bytes_gib: float | None = Field(
+        None, ge=0, description="byte budget of kept states outside the pool (TF_GLM_KEPT_BYTES_GIB)"
+    )
+    keep_per_chat: int | None = Field(
+        None, ge=0, description="kept turn states per conversation (TF_GLM_KEEP_PER_CHAT); 0 = no quota"
+    )
+    kept_share_pct: int | None = Field(
+        None, ge=0, le=75, description="kept-state count at least this % of the pool (TF_GLM_CACHE_SHARE_PCT)"
+    )
+    spill_gib: float = Field(
+        0, ge=0, description="spill tier for kept states, per node; 0 = off (--spill-gib)"
+    )
+    spill_dir: Path | None = Field(None, description="spill folder, the same absolute path on every node")
+    spill_highwater: float = Field(0.70, gt=0, le=1, description="write early past this pool fraction")
+    spill_min_tokens: int = Field(8192, ge=0, description="shorter states are not spilled")
+    spill_min_free_gib: float = Field(50, ge=0, description="free-disk floor of the spill folder")
+    kv_tier_gib: float = Field(0, ge=0, description="NVMe KV tier cap per node; 0 = off (not with spill_gib)")
+    kv_tier_dir: Path | None = Field(None, description="KV tier folder, the same absolute path on every node")
+    kv_tier_min_tokens: int = Field(8192, ge=0, description="shorter states are not written to the KV tier")
+    kv_tier_min_free_gib: float = Field(50, ge=0, description="free-disk floor of the KV tier folder")
+    kv_tier_backlog_gib: float = Field(16, gt=0, description="KV tier write backlog cap")
+    display_kv_mib: int = Field(
+        0, ge=0, le=2032, description="GB10 display reservation added to the pool (headless only); 0 = off"
+    )
+    display_kv_backend: Literal["drm", "dispram"] = Field("drm", description="drm, or dispram (kindling)")
+    vision: bool = Field(False, description="image and video input (--vision; limits from [engine.media])")
+    request_image_tokens: int = Field(16_384, ge=16, description="picture tokens shared by one request")
+    request_video_tokens: int = Field(32_768, ge=16, description="clip tokens shared by one request")
+    peer_timeout_s: float | None = Field(
+        None, ge=0, description="the engine's own lost-peer timeout (TENSORFOLD_PEER_TIMEOUT_S); 0 = never"
+    )
+    watchdog_s: float | None = Field(
+        None, gt=0, description="stuck-step stack dump after this long (TF_GLM_MULTI_WATCHDOG_S)"
+    )
+    watchdog_exit: bool = Field(False, description="exit 1 on a stuck step (TF_GLM_MULTI_WATCHDOG_EXIT)")
+    loop_guard: bool = Field(False, description="close a looping think block (TF_GLM_LOOP_GUARD)")
 
     @model_validator(mode="after")
     def _drafter_and_env(self) -> TensorfoldSettings:
@@ -282,6 +341,33 @@ class TensorfoldSettings(_Section):
         if bad:
             raise ValueError(f"env: not an environment variable name: {', '.join(bad)}")
         return self
+
+    @model_validator(mode="after")
+    def _recipe_ranges(self) -> TensorfoldSettings:
+        """The recipe's own rules between its knobs (start.sh's checks)."""
+        if self.verify_window is not None and self.verify_window % 8:
+            raise ValueError(f"verify_window is 16 to 64 in steps of 8, not {self.verify_window}")
+        if self.display_kv_mib % 16:
+            raise ValueError(f"display_kv_mib is a multiple of 16 (0 to 2032), not {self.display_kv_mib}")
+        if self.spill_gib and self.kv_tier_gib:
+            raise ValueError(
+                "spill_gib and kv_tier_gib are two disk tiers for the same kept prompt states: set one to 0"
+            )
+        for size, folder in (("spill_gib", "spill_dir"), ("kv_tier_gib", "kv_tier_dir")):
+            path = getattr(self, folder)
+            if getattr(self, size) and (path is None or not path.is_absolute()):
+                raise ValueError(f"{size} > 0 needs {folder}: an absolute folder, the same on every node")
+        return self
+
+    @property
+    def multi_stream_only(self) -> list[str]:
+        """The knobs set here that need more than one stream (engine.parallel > 1)."""
+        wanted = {
+            "verify_window": self.verify_window is not None,
+            "kv_tier_gib": bool(self.kv_tier_gib),
+            "display_kv_mib": bool(self.display_kv_mib),
+        }
+        return [name for name, on in wanted.items() if on]
 
 
 class EngineSettings(_Section):
@@ -314,6 +400,24 @@ class EngineSettings(_Section):
             raise ValueError(
                 f"engine.max_tokens ({self.max_tokens}) must not exceed engine.context ({self.context})"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _tensorfold_ranges(self) -> EngineSettings:
+        """TensorFold's GLM engine: at most 8 streams and the model's 1,048,576-token window."""
+        if self.kind != "tensorfold":
+            return self
+        if self.parallel > TENSORFOLD_MAX_PARALLEL:
+            raise ValueError(
+                f"engine.parallel is 1 to {TENSORFOLD_MAX_PARALLEL} for tensorfold, not {self.parallel}"
+            )
+        if self.context > TENSORFOLD_MAX_CONTEXT:
+            raise ValueError(
+                f"engine.context is at most {TENSORFOLD_MAX_CONTEXT} for tensorfold, not {self.context}"
+            )
+        needs_more = self.tensorfold.multi_stream_only
+        if needs_more and self.parallel == 1:
+            raise ValueError(f"engine.tensorfold.{', '.join(needs_more)} needs engine.parallel > 1")
         return self
 
 

@@ -45,12 +45,20 @@ __all__ = [
     "progress_note",
     "rank_command",
     "rank_environment",
+    "recipe_environment",
     "serving_line",
 ]
 
 DOCKER = "docker"
 CONTAINER_CACHE = Path("/cache")
 """Where the host's kernel cache folder is mounted inside the engine container."""
+
+CONTAINER_SPILL = Path("/spill")
+"""Where the spill tier's host folder is mounted inside the engine container (the recipe's path)."""
+DRM_CARD = "/dev/dri/card0"
+"""The display device the recipe's ``drm`` display-memory backend needs."""
+DISPRAM_PATHS = [Path("/run/dispram"), Path("/opt/kindling/dispram/python")]
+"""What the ``dispram`` backend (kindling spark-os) needs from the host."""
 
 STACK_BYTES = 67_108_864
 """``--ulimit stack``: 64 MiB, as TensorFold's two-node deployments run it."""
@@ -197,9 +205,80 @@ def rank_command(settings: Settings) -> list[str]:
         command += ["--thinking-budget", str(tf.thinking_budget)]
     if tf.mtp_drafts is not None:
         command += ["--mtp-drafts", str(tf.mtp_drafts)]
+    if tf.vision:
+        command.append("--vision")
+        if engine.media.remote_urls:
+            command.append("--vision-urls")
+    if tf.spill_gib:
+        command += ["--spill-gib", f"{tf.spill_gib:g}", "--snapshot-dir", str(_spill_dir(settings))]
+        command += [
+            "--spill-highwater",
+            f"{tf.spill_highwater:g}",
+            "--spill-min-tokens",
+            str(tf.spill_min_tokens),
+        ]
+        command += ["--spill-min-free-gib", f"{tf.spill_min_free_gib:g}"]
     if rank == 0:
         command += ["--name", engine.served_name, "--host", engine.host, "--port", str(engine.port)]
     return command + list(tf.extra_args)
+
+
+def _spill_dir(settings: Settings) -> Path:
+    """The spill folder as the rank sees it: mounted at /spill in the container (the recipe's form)."""
+    tf = settings.engine.tensorfold
+    assert tf.spill_dir is not None  # checked by the schema when spill_gib > 0
+    return CONTAINER_SPILL if tf.launcher == "docker" else tf.spill_dir
+
+
+def _number(value: float) -> str:
+    return f"{value:g}"
+
+
+def recipe_environment(settings: Settings) -> dict[str, str]:
+    """The variables the reference recipe's ranks read, for the ``[engine.tensorfold]`` knobs set.
+
+    A knob left unset is not passed (the image's own default holds). Which image can honour which
+    knob is :mod:`sparkfold.engines.tensorfold_profile`'s business; this only renders.
+    """
+    tf, media = settings.engine.tensorfold, settings.engine.media
+    values: dict[str, str | None] = {
+        "TF_GLM_KV": tf.kv,
+        "TF_GLM_DENSE": tf.dense,
+        "TF_GLM_MULTI_WINDOW": None if tf.verify_window is None else str(tf.verify_window),
+        "TF_GLM_CACHE_GIB": None if tf.pool_gib is None else _number(tf.pool_gib),
+        "TF_GLM_CACHE_ENTRIES": None if tf.kept_entries is None else str(tf.kept_entries),
+        "TF_GLM_KEPT_BYTES_GIB": None if tf.kept_bytes_gib is None else _number(tf.kept_bytes_gib),
+        "TF_GLM_KEEP_PER_CHAT": None if tf.keep_per_chat is None else str(tf.keep_per_chat),
+        "TF_GLM_CACHE_SHARE_PCT": None if tf.kept_share_pct is None else str(tf.kept_share_pct),
+        "TENSORFOLD_PEER_TIMEOUT_S": None if tf.peer_timeout_s is None else _number(tf.peer_timeout_s),
+        "TF_GLM_MULTI_WATCHDOG_S": None if tf.watchdog_s is None else _number(tf.watchdog_s),
+        "TF_GLM_MULTI_WATCHDOG_EXIT": "1" if tf.watchdog_exit else None,
+        "TF_GLM_LOOP_GUARD": "1" if tf.loop_guard else None,
+    }
+    if tf.kv_tier_gib:
+        values |= {
+            "TF_GLM_KV_TIER_GIB": _number(tf.kv_tier_gib),
+            "TF_GLM_KV_TIER_DIR": str(tf.kv_tier_dir),
+            "TF_GLM_KV_TIER_MIN_TOKENS": str(tf.kv_tier_min_tokens),
+            "TF_GLM_KV_TIER_MIN_FREE_GIB": _number(tf.kv_tier_min_free_gib),
+            "TF_GLM_KV_TIER_BACKLOG_GIB": _number(tf.kv_tier_backlog_gib),
+        }
+    if tf.display_kv_mib:
+        values |= {
+            "TF_GLM_DISPLAY_KV_MIB": str(tf.display_kv_mib),
+            "TF_GLM_DISPLAY_KV_BACKEND": tf.display_kv_backend,
+        }
+    if tf.vision:
+        values |= {
+            "TENSORFOLD_GLM_MAX_IMAGES": str(media.max_images),
+            "TENSORFOLD_GLM_MAX_VIDEOS": str(media.max_videos),
+            "TENSORFOLD_GLM_IMAGE_TOKENS": str(media.max_image_tokens),
+            "TENSORFOLD_GLM_VIDEO_TOKENS": str(media.max_video_tokens),
+            "TENSORFOLD_GLM_VIDEO_FRAMES": str(media.max_video_frames),
+            "TENSORFOLD_GLM_REQUEST_IMAGE_TOKENS": str(tf.request_image_tokens),
+            "TENSORFOLD_GLM_REQUEST_VIDEO_TOKENS": str(tf.request_video_tokens),
+        }
+    return {name: value for name, value in values.items() if value is not None}
 
 
 def kernel_cache_dir(settings: Settings, image_key: str | None = None) -> Path:
@@ -250,7 +329,7 @@ def rank_environment(settings: Settings, facts: FabricFacts | None, cache_root: 
         }
         if tf.nccl_channels:
             env["NCCL_MIN_NCHANNELS"] = env["NCCL_MAX_NCHANNELS"] = str(tf.nccl_channels)
-    return env | dict(tf.env)
+    return env | recipe_environment(settings) | dict(tf.env)
 
 
 def _read_only_mounts(settings: Settings) -> list[Path]:
@@ -258,6 +337,19 @@ def _read_only_mounts(settings: Settings) -> list[Path]:
     mounts = [Path(settings.engine.model)]
     if tf.drafter != "none":
         mounts.append(Path(tf.drafter))
+    if tf.display_kv_mib and tf.display_kv_backend == "dispram":
+        mounts += DISPRAM_PATHS
+    return mounts
+
+
+def _writable_mounts(settings: Settings) -> list[tuple[Path, Path]]:
+    """(host, container) folders the rank writes: the disk tiers."""
+    tf = settings.engine.tensorfold
+    mounts = []
+    if tf.spill_gib and tf.spill_dir is not None:
+        mounts.append((tf.spill_dir, CONTAINER_SPILL))
+    if tf.kv_tier_gib and tf.kv_tier_dir is not None:
+        mounts.append((tf.kv_tier_dir, tf.kv_tier_dir))
     return mounts
 
 
@@ -274,8 +366,12 @@ def docker_argv(settings: Settings, facts: FabricFacts | None, *, image_key: str
     argv += ["--network", "host", "--ipc", "host", "--gpus", "all", "--device", "/dev/infiniband"]
     argv += ["--ulimit", "memlock=-1", "--ulimit", f"stack={STACK_BYTES}", "--cap-add", "IPC_LOCK"]
     argv += ["--shm-size", tf.shm_size]
+    if tf.display_kv_mib and tf.display_kv_backend == "drm":
+        argv += ["--device", DRM_CARD]
     for path in _read_only_mounts(settings):
         argv += ["-v", f"{path}:{path}:ro"]
+    for host, inside in _writable_mounts(settings):
+        argv += ["-v", f"{host}:{inside}"]
     argv += ["-v", f"{kernel_cache_dir(settings, image_key)}:{CONTAINER_CACHE}"]
     for name, value in sorted(rank_environment(settings, facts, CONTAINER_CACHE).items()):
         argv += ["-e", f"{name}={value}"]

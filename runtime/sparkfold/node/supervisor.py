@@ -70,9 +70,9 @@ def describe(settings: Settings) -> dict[str, Any]:
     """What :func:`run_rank` would run with these settings (``sparkfold engine --dry-run``)."""
     engine, fabric, rank = settings.engine, settings.fabric, settings.node.rank
     if engine.kind == "tensorfold":
-        from sparkfold.node.tensorfold_rank import plan_for
+        from sparkfold.node.tensorfold_rank import image_report, plan_for
 
-        return {"kind": engine.kind, **plan_for(settings).as_dict()}
+        return {"kind": engine.kind, **plan_for(settings).as_dict(), "image": image_report(settings)}
     try:
         model = resolve_model(engine.model, engine.transformers.gguf_file).describe()
     except FileNotFoundError as exc:

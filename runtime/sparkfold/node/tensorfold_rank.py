@@ -27,6 +27,7 @@ from typing import Any
 from sparkfold.config import Settings
 from sparkfold.engines.tensorfold import FabricFacts, LaunchError, LaunchPlan, launch_plan
 from sparkfold.engines.tensorfold_process import RankProcess, RankStartError, image_key
+from sparkfold.engines.tensorfold_profile import ProfileError, profile_of, refusal
 from sparkfold.node.checks import Runner, run_command
 from sparkfold.node.fabric import DEFAULT_SYSFS, discover
 from sparkfold.node.notify import notify, watchdog_interval_s
@@ -34,7 +35,7 @@ from sparkfold.node.peer import start_peer_watch
 from sparkfold.node.roce import fabric_facts
 from sparkfold.node.serving import mark_serving
 
-__all__ = ["fabric_facts_for", "plan_for", "run_tensorfold_rank"]
+__all__ = ["check_image", "fabric_facts_for", "image_report", "plan_for", "run_tensorfold_rank"]
 
 log = logging.getLogger("sparkfold.engine")
 
@@ -60,8 +61,29 @@ def plan_for(settings: Settings, *, facts: FabricFacts | None = None) -> LaunchP
     return launch_plan(settings, facts, image_key=image_key(settings))
 
 
+def image_report(settings: Settings) -> str:
+    """One line for ``--dry-run``: the image profile and whether it honours these settings."""
+    try:
+        profile = profile_of(settings)
+    except ProfileError as exc:
+        return f"unknown: {exc}"
+    refused = refusal(settings, profile)
+    return f"REFUSED: {refused}" if refused else f"{profile}: honours these settings"
+
+
+def check_image(settings: Settings) -> None:
+    """Refuse settings the engine image cannot honour (its profile), before anything starts."""
+    try:
+        refused = refusal(settings, profile_of(settings))
+    except ProfileError as exc:
+        refused = str(exc)
+    if refused is not None:
+        raise RankStartError(refused)
+
+
 def run_tensorfold_rank(settings: Settings, die: Callable[[str], Any]) -> int:
     """Run the rank until SIGTERM (exit 0), its own exit (its code), or a lost peer (``die``)."""
+    check_image(settings)
     rank = RankProcess(plan_for(settings))
     stopping = threading.Event()
 
