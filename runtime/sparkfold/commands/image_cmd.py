@@ -1,4 +1,4 @@
-"""``sparkfold image hash|apply``: the engine image's patch series, for the image role."""
+"""``sparkfold image hash|apply|label|fetch|pull``: the engine image's patch series, for the image role."""
 
 from __future__ import annotations
 
@@ -18,22 +18,56 @@ series_option = click.option(
 
 @click.group()
 def command() -> None:
-    """Hash or apply the engine image's patch series (docs/patches.md)."""
+    """The engine image's patch series: hash, apply, label, fetch by reference, pull (docs/patches.md)."""
+
+
+extra_option = click.option(
+    "--extra", "extras", metavar="SPEC", multiple=True, help="A pinned pip extra; repeatable, in order."
+)
 
 
 @command.command("hash")
 @series_option
 @click.option("--base", metavar="IMAGE", required=True, help="Base image reference (by digest if pinned).")
 @click.option("--ref", metavar="REF", required=True, help="TensorFold ref, e.g. v0.6.0@<commit sha>.")
-@click.option("--extra", "extras", metavar="SPEC", multiple=True, help="A pinned pip extra; repeatable.")
+@extra_option
+@click.option(
+    "--external-source",
+    metavar="URL@COMMIT:FOLDER",
+    help="An external series applied before --series (sparkfold image fetch); its source.",
+)
+@click.option(
+    "--external",
+    "external_files",
+    metavar="NAME=SHA256",
+    multiple=True,
+    help="A verified file of the external series, in order; repeatable.",
+)
+@click.option("--external-strip", type=int, default=0, show_default=True, help="The external series' -pN.")
 @json_option
-def hash_(series_file: str, base: str, ref: str, extras: tuple[str, ...], as_json: bool) -> None:
+def hash_(
+    series_file: str,
+    base: str,
+    ref: str,
+    extras: tuple[str, ...],
+    external_source: str | None,
+    external_files: tuple[str, ...],
+    external_strip: int,
+    as_json: bool,
+) -> None:
     """Print the image label: sha256 of base, ref, the ordered patches' content, and the extras."""
+    from sparkfold.image.external import parse_file_pin
     from sparkfold.image.patches import LABEL, PatchError, hash_of, read_series
 
     try:
         series = read_series(series_file)
-        digest = hash_of(series, base=base, ref=ref, extras=extras)
+        external = None
+        if external_source is not None:
+            pins = [parse_file_pin(text) for text in external_files]
+            if any(pin.sha256 is None for pin in pins):
+                raise click.UsageError("--external needs NAME=SHA256 (a verified digest)")
+            external = (external_source, [(pin.name, external_strip, str(pin.sha256)) for pin in pins])
+        digest = hash_of(series, base=base, ref=ref, extras=extras, external=external)
     except (PatchError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:
@@ -70,3 +104,110 @@ def apply(series_file: str, tree: str, as_json: bool) -> None:
     for step in steps:
         click.echo(f"{step.name}: {step.state}")
     click.echo(f"{tree}: {applied} applied, {len(steps) - applied} already applied")
+
+
+@command.command("label")
+@click.option(
+    "--series",
+    "series_files",
+    metavar="FILE",
+    multiple=True,
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="A series file; repeatable, in the order the series apply (the external one first).",
+)
+@extra_option
+@json_option
+def label(series_files: tuple[str, ...], extras: tuple[str, ...], as_json: bool) -> None:
+    """Print the reference recipe's tf.patches label of these series and extras (12 hex digits)."""
+    from sparkfold.image.patches import PatchError, read_series
+    from sparkfold.image.published import RECIPE_LABEL, recipe_label_of
+
+    try:
+        value = recipe_label_of([read_series(path) for path in series_files], extras)
+    except (PatchError, OSError) as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        echo_json({"label": RECIPE_LABEL, "value": value})
+    else:
+        click.echo(value)
+
+
+@command.command("fetch")
+@click.option("--repo", metavar="URL", required=True, help="Git repository of the series.")
+@click.option("--commit", metavar="SHA", required=True, help="The full commit (not a tag: tags move).")
+@click.option("--folder", metavar="DIR", default="patches", show_default=True, help="The series' folder.")
+@click.option(
+    "--dest",
+    metavar="DIR",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Where the checkout and the verified series go (DIR/checkout, DIR/series/series).",
+)
+@click.option(
+    "--file",
+    "files",
+    metavar="NAME=SHA256",
+    multiple=True,
+    help="A patch file and its pinned sha256, in order; repeatable. None: every *.patch, digests reported.",
+)
+@click.option("--strip", type=int, default=0, show_default=True, help="The series' -pN (the recipe's: 0).")
+@json_option
+def fetch(
+    repo: str, commit: str, folder: str, dest: str, files: tuple[str, ...], strip: int, as_json: bool
+) -> None:
+    """Fetch an external patch series at a commit and verify every file's sha256.
+
+    A file whose digest differs from its pin stops the command, naming it; nothing is laid out then.
+    """
+    from sparkfold.image.external import fetch_series, parse_file_pin
+    from sparkfold.image.patches import PatchError
+
+    try:
+        pins = [parse_file_pin(text) for text in files]
+        done = fetch_series(repo=repo, commit=commit, folder=folder, dest=dest, files=pins, strip=strip)
+    except PatchError as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        echo_json(
+            {
+                "ok": True,
+                "commit": done.commit,
+                "series": str(done.series),
+                "fetched": done.fetched,
+                "files": [{"name": f.name, "sha256": f.sha256} for f in done.files],
+                "unpinned": list(done.unpinned),
+            }
+        )
+        return
+    for entry in done.files:
+        click.echo(
+            f"{entry.name} sha256 {entry.sha256}" + (" (not pinned)" if entry.name in done.unpinned else "")
+        )
+    click.echo(f"{done.series}: {len(done.files)} verified patch(es) of {repo}@{commit[:12]}")
+
+
+@command.command("pull")
+@click.option("--ref", metavar="NAME@sha256:DIGEST", required=True, help="The published image, by digest.")
+@click.option(
+    "--label", "expected", metavar="HEX12", required=True, help="The tf.patches label it must carry."
+)
+@click.option(
+    "--tag", metavar="NAME", required=True, help="The local tag to give it (engine.tensorfold.image)."
+)
+@json_option
+def pull(ref: str, expected: str, tag: str, as_json: bool) -> None:
+    """Pull a published engine image by digest; accept it only when its tf.patches label matches."""
+    from sparkfold.image.published import PublishedImageRefused, pull_published
+
+    try:
+        done = pull_published(ref, label=expected, tag=tag)
+    except PublishedImageRefused as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        echo_json(
+            {"ok": True, "ref": done.ref, "tag": done.tag, "label": done.label, "changed": done.changed}
+        )
+    else:
+        state = "pulled and tagged" if done.changed else "already current"
+        click.echo(f"{tag}: {state} ({ref}, tf.patches={done.label})")

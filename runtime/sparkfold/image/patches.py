@@ -124,22 +124,41 @@ def read_series(path: str | Path) -> Series:
 
 
 def series_hash(
-    *, base: str, ref: str, patches: Sequence[tuple[str, int, str]], extras: Sequence[str]
+    *,
+    base: str,
+    ref: str,
+    patches: Sequence[tuple[str, int, str]],
+    extras: Sequence[str],
+    external: tuple[str, Sequence[tuple[str, int, str]]] | None = None,
 ) -> str:
-    """sha256 of base image, TensorFold ref, ordered ``(name, strip, sha256)`` patches and extras."""
-    canonical = {
+    """sha256 of base image, TensorFold ref, ordered ``(name, strip, sha256)`` patches and extras.
+
+    ``external`` is an external series applied first: its source (``URL@commit:folder``) and its
+    ordered patches; without one the hash is what it always was.
+    """
+    canonical: dict[str, object] = {
         "base": base,
         "ref": ref,
         "patches": [[name, strip, digest] for name, strip, digest in patches],
         "extras": sorted(extra.strip() for extra in extras),
     }
+    if external is not None:
+        source, entries = external
+        canonical["external"] = {"source": source, "patches": [list(entry) for entry in entries]}
     return hashlib.sha256(json.dumps(canonical, separators=(",", ":")).encode()).hexdigest()
 
 
-def hash_of(series: Series, *, base: str, ref: str, extras: Sequence[str]) -> str:
-    """:func:`series_hash` of a series read from disk."""
+def hash_of(
+    series: Series,
+    *,
+    base: str,
+    ref: str,
+    extras: Sequence[str],
+    external: tuple[str, Sequence[tuple[str, int, str]]] | None = None,
+) -> str:
+    """:func:`series_hash` of a series read from disk (after an optional external one)."""
     entries = [(p.name, p.strip, p.digest()) for p in series.patches]
-    return series_hash(base=base, ref=ref, patches=entries, extras=extras)
+    return series_hash(base=base, ref=ref, patches=entries, extras=extras, external=external)
 
 
 def _git_apply(tree: Path, patches: Sequence[Patch], *options: str) -> subprocess.CompletedProcess[str]:
