@@ -132,7 +132,7 @@ def test_label_is_the_recipes_formula(recipe: tuple[Path, str], tmp_path: Path) 
 
 
 def test_a_tampered_file_stops_the_fetch_naming_it(recipe: tuple[Path, str], tmp_path: Path) -> None:
-    repo, commit = recipe
+    repo, _ = recipe
     pins = [f"{name}={sha(name)}" for name in PATCHES]
     (repo / "patches/0002-glm-lanes.patch").write_text(PATCHES["0002-glm-lanes.patch"].replace("4", "8"))
     git(repo, "commit", "-q", "-am", "tampered")
