@@ -12,11 +12,18 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterable
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 __all__ = [
+    "MAX_CHOICES",
+    "MAX_CONTENT_PARTS",
+    "MAX_MESSAGES",
+    "MAX_STOP",
+    "MAX_TOOLS",
+    "SEED_MAX",
+    "SEED_MIN",
     "SSE_DONE",
     "ChatCompletion",
     "ChatCompletionChunk",
@@ -27,6 +34,7 @@ __all__ = [
     "Completion",
     "CompletionChoice",
     "CompletionRequest",
+    "Content",
     "Delta",
     "DetokenizeRequest",
     "DetokenizeResponse",
@@ -36,11 +44,16 @@ __all__ = [
     "FunctionCall",
     "ModelCard",
     "ModelList",
+    "ModelName",
     "PeerState",
+    "Seed",
+    "Stop",
     "TextEvents",
     "TokenizeRequest",
     "TokenizeResponse",
     "ToolCall",
+    "ToolChoice",
+    "Tools",
     "Usage",
     "ignored_fields",
     "iter_sse_data",
@@ -53,10 +66,49 @@ SSE_DONE = b"data: [DONE]\n\n"
 FinishReason = Literal["stop", "length", "tool_calls", "content_filter", "error", "abort"]
 
 
-class _Request(BaseModel):
-    """A request body: unknown fields are kept (``model_extra``) so they can be logged."""
+# Bounds on what one request may carry, so its size in memory follows from its size on the wire
+# and nothing reaches an engine that a C library cannot hold (a seed past 64 bits ended the
+# transformers engine's process). OpenAI documents 128 tools; the rest are generous for a client
+# and small for an attacker.
+SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1
+MAX_MESSAGES = 4096
+MAX_CONTENT_PARTS = 1024
+MAX_TOOLS = 128
+MAX_STOP = 16
+MAX_CHOICES = 1024
 
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+Seed = Annotated[int, Field(ge=SEED_MIN, le=SEED_MAX, description="64-bit signed integer")]
+Stop = str | Annotated[list[str], Field(max_length=MAX_STOP)]
+Tools = Annotated[list[dict[str, Any]], Field(max_length=MAX_TOOLS)]
+ModelName = Annotated[str, Field(min_length=1)]
+Content = str | Annotated[list[dict[str, Any]], Field(max_length=MAX_CONTENT_PARTS)]
+
+
+def _tool_choice(value: str | dict[str, Any]) -> str | dict[str, Any]:
+    """OpenAI chat's ``tool_choice``: none, auto, required, or a named function."""
+    if isinstance(value, str):
+        if value not in ("none", "auto", "required"):
+            raise ValueError(f"must be none, auto, required or a function object, not {value!r}")
+        return value
+    function = value.get("function")
+    if value.get("type") != "function" or not isinstance(function, dict):
+        raise ValueError('an object tool_choice must be {"type": "function", "function": {"name": ...}}')
+    if not isinstance(function.get("name"), str) or not function["name"]:
+        raise ValueError("tool_choice.function.name must be a non-empty string")
+    return value
+
+
+ToolChoice = Annotated[str | dict[str, Any], AfterValidator(_tool_choice)]
+
+
+class _Request(BaseModel):
+    """A request body: unknown fields are kept (``model_extra``) so they can be logged.
+
+    Types are strict, as OpenAI's are: ``true`` is not a number, ``"yes"`` not a boolean, ``"1"``
+    not an integer (an integer is still a number).
+    """
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True, strict=True)
 
 
 class _Wire(BaseModel):
@@ -89,7 +141,7 @@ class ToolCall(_Wire):
 
 class ChatMessage(_Request):
     role: Literal["system", "developer", "user", "assistant", "tool", "observation"]
-    content: str | list[dict[str, Any]] | None = None
+    content: Content | None = None
     name: str | None = None
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
@@ -98,8 +150,8 @@ class ChatMessage(_Request):
 
 
 class ChatCompletionRequest(_Request):
-    messages: list[ChatMessage] = Field(min_length=1)
-    model: str | None = None
+    messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
+    model: ModelName | None = None
     frequency_penalty: float | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = None
@@ -109,14 +161,14 @@ class ChatCompletionRequest(_Request):
     presence_penalty: float | None = None
     reasoning_effort: str | None = None
     response_format: dict[str, Any] | None = None
-    seed: int | None = None
-    stop: str | list[str] | None = None
+    seed: Seed | None = None
+    stop: Stop | None = None
     stream: bool = False
     stream_options: dict[str, Any] | None = None
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: str | dict[str, Any] | None = None
+    tools: Tools | None = None
+    tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool | None = None
     user: str | None = None
 
@@ -132,7 +184,9 @@ class ChatCompletionRequest(_Request):
     priority: str | None = Field(None, description='"background" runs after other requests')
     guided_json: dict[str, Any] | str | None = Field(None, description="constrain output to a JSON schema")
     guided_regex: str | None = Field(None, description="constrain output to a regular expression")
-    guided_choice: list[str] | None = Field(None, description="constrain output to one of these strings")
+    guided_choice: list[str] | None = Field(
+        None, max_length=MAX_CHOICES, description="constrain output to one of these strings"
+    )
     guided_grammar: str | None = Field(None, description="constrain output to an EBNF grammar")
     return_token_ids: bool = Field(False, description="add the reply's token ids to the response")
 
@@ -151,11 +205,11 @@ class CompletionRequest(_Request):
     """``POST /v1/completions``: a raw prompt (text or token ids), no chat template."""
 
     prompt: str | list[int] = Field(min_length=1)
-    model: str | None = None
+    model: ModelName | None = None
     max_tokens: int | None = Field(None, ge=1)
     n: int | None = Field(None, ge=1)
-    seed: int | None = None
-    stop: str | list[str] | None = None
+    seed: Seed | None = None
+    stop: Stop | None = None
     stream: bool = False
     stream_options: dict[str, Any] | None = None
     temperature: float | None = Field(None, ge=0, le=2)
@@ -323,9 +377,9 @@ class Completion(_Wire):
 class TokenizeRequest(_Request):
     """``POST /tokenize``: a raw ``prompt``, or chat ``messages`` rendered by the chat template."""
 
-    model: str | None = None
+    model: ModelName | None = None
     prompt: str | None = None
-    messages: list[ChatMessage] | None = None
+    messages: list[ChatMessage] | None = Field(None, min_length=1, max_length=MAX_MESSAGES)
     add_special_tokens: bool = Field(True, description="for a prompt: let the tokenizer add BOS and friends")
     add_generation_prompt: bool = True
     return_token_strs: bool = Field(True, description="add each token's string")
@@ -339,7 +393,7 @@ class TokenizeResponse(_Wire):
 
 
 class DetokenizeRequest(_Request):
-    model: str | None = None
+    model: ModelName | None = None
     tokens: list[int]
 
 

@@ -11,33 +11,36 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sparkfold.protocol import MAX_MESSAGES, MAX_STOP, Content, ModelName, Tools
+
 __all__ = ["CountTokensRequest", "CountTokensResponse", "Message", "MessagesRequest", "MessagesResponse"]
 
 
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    # strict types, as Anthropic's: true is not a number, "yes" not a boolean
+    model_config = ConfigDict(extra="allow", strict=True)
 
 
 class Message(_Request):
     role: Literal["user", "assistant"]
-    content: str | list[dict[str, Any]]
+    content: Content
 
 
 class MessagesRequest(_Request):
-    model: str
-    messages: list[Message] = Field(min_length=1)
+    model: ModelName
+    messages: list[Message] = Field(min_length=1, max_length=MAX_MESSAGES)
     max_tokens: int = Field(ge=1)
     container: Any = None
     mcp_servers: Any = None
     metadata: dict[str, Any] | None = None
     service_tier: str | None = None
-    stop_sequences: list[str] | None = None
+    stop_sequences: list[str] | None = Field(None, max_length=MAX_STOP)
     stream: bool = False
-    system: str | list[dict[str, Any]] | None = None
+    system: Content | None = None
     temperature: float | None = Field(None, ge=0, le=1)
     thinking: dict[str, Any] | None = None
     tool_choice: dict[str, Any] | None = None
-    tools: list[dict[str, Any]] | None = None
+    tools: Tools | None = None
     top_k: int | None = Field(None, ge=0)
     top_p: float | None = Field(None, ge=0, le=1)
     output_config: dict[str, Any] | None = Field(
@@ -46,12 +49,12 @@ class MessagesRequest(_Request):
 
 
 class CountTokensRequest(_Request):
-    model: str
-    messages: list[Message] = Field(min_length=1)
-    system: str | list[dict[str, Any]] | None = None
+    model: ModelName
+    messages: list[Message] = Field(min_length=1, max_length=MAX_MESSAGES)
+    system: Content | None = None
     thinking: dict[str, Any] | None = None
     tool_choice: dict[str, Any] | None = None
-    tools: list[dict[str, Any]] | None = None
+    tools: Tools | None = None
 
 
 class CountTokensResponse(BaseModel):

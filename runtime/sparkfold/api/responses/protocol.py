@@ -6,11 +6,13 @@ reads by ``type`` (naming the offending item when one is malformed).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-__all__ = ["INCLUDE_VALUES", "ResponsesRequest"]
+from sparkfold.protocol import MAX_MESSAGES, ModelName, Tools
+
+__all__ = ["INCLUDE_VALUES", "TEXT_FORMATS", "ResponsesRequest"]
 
 # Accepted for compatibility and ignored (this server has no such data to add).
 INCLUDE_VALUES = frozenset(
@@ -27,11 +29,33 @@ INCLUDE_VALUES = frozenset(
 )
 
 
-class ResponsesRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")
+TEXT_FORMATS = frozenset({"text", "json_object", "json_schema"})
 
-    model: str | None = None
-    input: str | list[dict[str, Any]]
+
+def _tool_choice(value: str | dict[str, Any]) -> str | dict[str, Any]:
+    if isinstance(value, str):
+        if value not in ("none", "auto", "required"):
+            raise ValueError(f"must be none, auto, required or a function object, not {value!r}")
+    elif value.get("type") != "function" or not isinstance(value.get("name"), str) or not value["name"]:
+        raise ValueError('an object tool_choice must be {"type": "function", "name": ...}')
+    return value
+
+
+def _text(value: dict[str, Any]) -> dict[str, Any]:
+    fmt = value.get("format")
+    if fmt is None:
+        return value
+    if not isinstance(fmt, dict) or fmt.get("type") not in TEXT_FORMATS:
+        raise ValueError(f"text.format.type must be one of {', '.join(sorted(TEXT_FORMATS))}")
+    return value
+
+
+class ResponsesRequest(BaseModel):
+    # strict types, as OpenAI's: true is not a number, "yes" not a boolean
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    model: ModelName | None = None
+    input: str | Annotated[list[dict[str, Any]], Field(max_length=MAX_MESSAGES)]
     include: list[str] | None = None
     instructions: str | None = None
     max_output_tokens: int | None = Field(None, ge=1)
@@ -42,8 +66,8 @@ class ResponsesRequest(BaseModel):
     store: bool = True
     stream: bool = False
     temperature: float | None = Field(None, ge=0, le=2)
-    text: dict[str, Any] | None = None
-    tool_choice: str | dict[str, Any] | None = None
-    tools: list[dict[str, Any]] | None = None
+    text: Annotated[dict[str, Any], AfterValidator(_text)] | None = None
+    tool_choice: Annotated[str | dict[str, Any], AfterValidator(_tool_choice)] | None = None
+    tools: Tools | None = None
     top_p: float | None = Field(None, gt=0, le=1)
     user: str | None = None
