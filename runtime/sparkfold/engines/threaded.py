@@ -197,7 +197,11 @@ class ThreadedEngine(Generic[J]):
         if len(self._active) >= self.parallel:
             job.emit(CapacityError(f"the engine runs {self.parallel} requests already"))
             return True
-        refused = self._begin(job)
+        try:
+            refused = self._begin(job)
+        except Exception as exc:  # a backend bug on one request's input: that request fails, not the engine
+            log.exception("a request could not be started")
+            refused = EngineFailure(f"the request could not be started: {exc}")
         if refused is not None:
             job.emit(refused)
             return True

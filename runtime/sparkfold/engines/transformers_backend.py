@@ -217,9 +217,13 @@ class TransformersGenerator(ThreadedEngine[_Job]):
     # --- the engine thread (the loop is ThreadedEngine's) ----------------------------------------
 
     def _begin(self, job: _Job) -> BaseException | None:
+        try:  # what one request's parameters do here fails that request, not the engine
+            rng = None if job.params.greedy else torch.Generator().manual_seed(job.params.seed)
+        except (RuntimeError, ValueError, OverflowError) as exc:
+            log.warning("request refused at admission: %s", exc)
+            return EngineFailure(f"the request's sampling parameters were refused: {exc}")
+        job.rng = rng
         job.slot = self._free.pop()
-        if not job.params.greedy:
-            job.rng = torch.Generator().manual_seed(job.params.seed)
         self._runner.open(job.slot)
         return None
 

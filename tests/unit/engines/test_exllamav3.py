@@ -13,7 +13,7 @@ import torch
 
 from sparkfold.config import EngineSettings, Exllamav3Settings
 from sparkfold.engines import exllamav3 as backend
-from sparkfold.engines.generator import CapacityError, SamplingParams
+from sparkfold.engines.generator import CapacityError, EngineFailure, SamplingParams
 from sparkfold.glm.grammar import allocate_bitmask
 
 GIB = 1024**3
@@ -143,6 +143,8 @@ class FakeGenerator:
 
     def iterate(self) -> list[dict[str, Any]]:
         self.batches.append(len(self.jobs))
+        if any(job.kwargs["seed"] > 2**63 - 1 for job in self.jobs):
+            raise OverflowError("Overflow when unpacking long long")  # torch, inside a step
         results = []
         for job in list(self.jobs):
             out = []
@@ -311,6 +313,21 @@ def test_a_job_exllamav3_refuses_fails_alone() -> None:
             asyncio.run(collect(generator, list(range(2000)), SamplingParams(max_tokens=5)))
         assert asyncio.run(collect(generator, [1], SamplingParams(max_tokens=2))) == [2, 3]
         assert generator.healthy()
+    finally:
+        generator.close()
+
+
+def test_a_step_that_raises_fails_its_lanes_requests_not_the_engine() -> None:
+    generator, _ = make()
+
+    async def bounded(prompt: list[int], params: SamplingParams) -> list[int]:
+        return await asyncio.wait_for(collect(generator, prompt, params), timeout=20)
+
+    try:
+        with pytest.raises(EngineFailure, match="Overflow"):
+            asyncio.run(bounded([1], SamplingParams(max_tokens=5, temperature=1.0, seed=2**64)))
+        assert generator.healthy()
+        assert asyncio.run(bounded([1], SamplingParams(max_tokens=2))) == [2, 3]
     finally:
         generator.close()
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator, Sequence
 import pytest
 import torch
 
-from sparkfold.engines.generator import CapacityError, SamplingParams
+from sparkfold.engines.generator import CapacityError, EngineFailure, SamplingParams
 from sparkfold.engines.transformers_backend import ModelRunner, TransformersGenerator
 
 transformers = pytest.importorskip("transformers")
@@ -124,3 +124,13 @@ def test_more_requests_than_parallel_get_capacity_error(model: object) -> None:
         engine.close()
     assert sum(isinstance(r, CapacityError) for r in results) == 1
     assert sum(isinstance(r, list) and len(r) == 30 for r in results) == 1
+
+
+def test_a_request_the_torch_generator_refuses_fails_alone(generator: TransformersGenerator) -> None:
+    # a seed past 64 bits (the protocol bounds it; a caller of the generator may not) once ended
+    # the engine thread, and the engine with it
+    params = SamplingParams(max_tokens=4, temperature=1.0, seed=2**64)
+    with pytest.raises(EngineFailure, match="sampling parameters"):
+        asyncio.run(asyncio.wait_for(_collect(generator, [1, 2], params), timeout=20))
+    assert generator.healthy()
+    assert len(asyncio.run(_collect(generator, [1, 2], SamplingParams(max_tokens=3)))) == 3

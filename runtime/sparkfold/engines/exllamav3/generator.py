@@ -27,6 +27,8 @@ __all__ = ["Exllamav3Generator", "Lane"]
 log = logging.getLogger(__name__)
 
 STATS_EVERY_S = 0.5
+FATAL_AFTER = 3
+"""Steps in a row that raise before the engine gives up (one failing request fails only its lane)."""
 
 
 @dataclass(eq=False)
@@ -94,6 +96,7 @@ class Exllamav3Generator(ThreadedEngine[_Request]):
         self.gather_s = gather_s
         self._on_fatal = on_fatal
         self._running: dict[Any, _Request] = {}
+        self._lane_failures = 0
         self._snapshot = _Snapshot()
         self.totals = {"drafted": 0, "accepted": 0, "cached": 0}
         self._take_snapshot(force=True)
@@ -184,8 +187,29 @@ class Exllamav3Generator(ThreadedEngine[_Request]):
     def _step(self) -> None:
         for lane in self._lanes.values():
             if lane.generator.num_remaining_jobs():
-                for result in lane.generator.iterate():
+                try:
+                    results = lane.generator.iterate()
+                except Exception as exc:
+                    self._fail_lane(lane, exc)
+                    continue
+                self._lane_failures = 0
+                for result in results:
                     self._deliver(result)
+
+    def _fail_lane(self, lane: Lane, exc: Exception) -> None:
+        """A step raised: exllamav3 does not say which job caused it, so every request on that
+        lane fails, the engine goes on. Only failures in :data:`FATAL_AFTER` steps in a row (the
+        device, not a request, is broken) end the engine."""
+        self._lane_failures += 1
+        if self._lane_failures >= FATAL_AFTER:
+            raise exc
+        log.exception("a step of the %s lane failed; its requests fail, the engine goes on", lane.name)
+        for request in [r for r in self._running.values() if r.lane == lane.name]:
+            try:
+                lane.generator.cancel(request.job)
+            except Exception:  # the job may be gone already
+                log.debug("cancelling a failed job", exc_info=True)
+            self._end(request, EngineFailure(f"generation failed: {exc}"))
 
     def _cancel(self, request: _Request) -> None:
         self._lanes[request.lane].generator.cancel(request.job)
