@@ -23,7 +23,7 @@ import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -41,8 +41,11 @@ __all__ = [
     "TransformersSettings",
     "engine_differences",
     "engine_fingerprint",
+    "is_loopback",
     "load",
     "parse",
+    "parse_as",
+    "read_toml",
 ]
 
 DEFAULT_CONFIG_PATH = Path("/etc/sparkfold/sparkfold.toml")
@@ -62,6 +65,9 @@ class ConfigError(ValueError):
         self.source = source
         self.problems = problems
         super().__init__(f"{source}: " + "; ".join(problems))
+
+
+_Model = TypeVar("_Model", bound=BaseModel)
 
 
 class _Section(BaseModel):
@@ -449,7 +455,7 @@ class ApiSettings(_Section):
     def keys_required(self) -> bool:
         if self.require_keys is not None:
             return self.require_keys
-        return not _is_loopback(self.host)
+        return not is_loopback(self.host)
 
 
 class PathSettings(_Section):
@@ -501,7 +507,7 @@ class Settings(_Section):
         return f"http://{host}:{self.engine.port}"
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
     try:
@@ -524,24 +530,33 @@ def _describe(error: Mapping[str, Any]) -> str:
 
 def parse(data: Mapping[str, Any], source: str = "<config>") -> Settings:
     """Validate an already-parsed mapping; raise :class:`ConfigError` naming every bad key."""
+    return parse_as(Settings, data, source)
+
+
+def parse_as(schema: type[_Model], data: Mapping[str, Any], source: str = "<config>") -> _Model:
+    """Validate ``data`` against any settings ``schema`` (the fleet's file has its own)."""
     try:
-        return Settings.model_validate(data)
+        return schema.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(source, [_describe(e) for e in exc.errors()]) from None
 
 
-def load(path: str | Path) -> Settings:
-    """Read and validate a TOML settings file."""
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """A TOML file's mapping, or :class:`ConfigError` saying why it cannot be read."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(str(path), [f"cannot read: {exc.strerror or exc}"]) from None
     try:
-        data = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(str(path), [f"not valid TOML: {exc}"]) from None
-    return parse(data, str(path))
+
+
+def load(path: str | Path) -> Settings:
+    """Read and validate a TOML settings file."""
+    return parse(read_toml(path), str(path))
 
 
 def _engine_fields(settings: Settings | EngineSettings) -> dict[str, Any]:

@@ -46,6 +46,7 @@ class Script:
     pace_s: float = 0.0  # between tokens
     error_after: int | None = None  # send an error event after this many tokens
     stall_after: int | None = None  # after this many tokens, send nothing more (until cancelled)
+    gate: threading.Event | None = None  # before the first token, wait until it is set (30 s at most)
     drop_after: int | None = None  # after this many tokens, close the stream without [DONE]
     status: int = 200  # != 200: refuse with this status before streaming
     prompt_tokens: int = 7
@@ -237,6 +238,8 @@ class ScriptedEngine:
             await send({"type": "http.response.body", "body": data, "more_body": True})
 
         await out(_chunk({"role": "assistant"}))
+        if script.gate is not None:
+            await asyncio.to_thread(script.gate.wait, 30)
         deadline = time.perf_counter()
         for n, (kind, token) in enumerate(script.tokens()):
             if script.error_after == n:

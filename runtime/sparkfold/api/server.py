@@ -23,7 +23,15 @@ from sparkfold.api.app import create_app
 from sparkfold.api.keys import KeyFileError, KeyStore
 from sparkfold.config import Settings
 
-__all__ = ["GatewayRefused", "JsonFormatter", "Notify", "check_keys", "serve"]
+__all__ = [
+    "GatewayRefused",
+    "JsonFormatter",
+    "Notify",
+    "NotifyingServer",
+    "check_keys",
+    "configure_logging",
+    "serve",
+]
 
 Notify = Callable[..., object]  # notify("READY=1", "STATUS=...")
 
@@ -69,7 +77,7 @@ def check_keys(settings: Settings) -> KeyStore:
     return keys
 
 
-def _configure_logging() -> None:
+def configure_logging() -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger()
@@ -77,7 +85,7 @@ def _configure_logging() -> None:
     root.setLevel(logging.INFO)
 
 
-class _Server(uvicorn.Server):
+class NotifyingServer(uvicorn.Server):
     """uvicorn's server, telling the service manager when it is ready and when it stops."""
 
     def __init__(self, config: uvicorn.Config, notify: Notify) -> None:
@@ -97,7 +105,7 @@ class _Server(uvicorn.Server):
 def serve(settings: Settings, *, notify: Notify = lambda *states: None) -> None:
     """Serve until SIGINT/SIGTERM. Raises GatewayRefused before binding when it must not start."""
     check_keys(settings)
-    _configure_logging()
+    configure_logging()
     app = create_app(settings)
     # Everything built so far lives as long as the process: moved out of the collector's way, so a
     # full collection no longer walks tens of thousands of framework objects on a request's path.
@@ -112,7 +120,7 @@ def serve(settings: Settings, *, notify: Notify = lambda *states: None) -> None:
         http="auto",  # httptools when it is installed, else h11
         timeout_graceful_shutdown=5,
     )
-    server = _Server(config, notify)
+    server = NotifyingServer(config, notify)
 
     def reload_keys() -> None:
         notify("RELOADING=1", f"MONOTONIC_USEC={time.monotonic_ns() // 1000}")

@@ -32,6 +32,29 @@ def config_option(func: F) -> F:
     )(func)
 
 
+def fleet_option(func: F) -> F:
+    """``--config FILE`` (env ``SPARKFOLD_FLEET_CONFIG``): the router host's fleet.toml, validated,
+    handed on as ``fleet`` = (settings, path)."""
+    from sparkfold.fleet.settings import DEFAULT_FLEET_PATH, load_fleet
+
+    def _load(ctx: click.Context, param: click.Parameter, value: str) -> tuple[Any, Path]:
+        try:
+            return load_fleet(value), Path(value)
+        except ConfigError as exc:
+            raise click.ClickException(str(exc)) from None
+
+    return click.option(
+        "--config",
+        "fleet",
+        metavar="FILE",
+        default=str(DEFAULT_FLEET_PATH),
+        show_default=True,
+        envvar="SPARKFOLD_FLEET_CONFIG",
+        callback=_load,
+        help="The router host's fleet.toml.",
+    )(func)
+
+
 def sysfs_option(func: F) -> F:
     """``--sysfs-root DIR`` (env ``SPARKFOLD_SYSFS_ROOT``): where sysfs is mounted (tests hand a fake)."""
     from sparkfold.node.fabric import DEFAULT_SYSFS
