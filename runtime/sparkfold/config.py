@@ -281,6 +281,16 @@ class TensorfoldSettings(_Section):
     stop_timeout_s: float = Field(
         30.0, ge=0, description="on stop, SIGTERM then this long before SIGKILL (docker stop -t)"
     )
+    stall_s: float = Field(
+        900.0,
+        gt=0,
+        description="rank 0 busy with no token counted this long is stalled: the watchdog is no longer fed",
+    )
+    probe_every_s: float = Field(
+        300.0,
+        gt=0,
+        description="an idle rank 0 must answer a 1-token request this often to feed the watchdog",
+    )
     image_profile: Path | None = Field(
         None,
         description="what the image's patch series supports (written by the image role); "

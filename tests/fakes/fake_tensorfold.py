@@ -37,6 +37,10 @@ Knobs of the stand-in itself, from the environment (the launcher's ``-e`` argume
 ``FAKE_TENSORFOLD_HOLD=1``               each reply waits after its first event until ``POST /fake/release``
                                          (so a test holds N lanes busy without timing anything)
 ``FAKE_TENSORFOLD_POOL_TOKENS=N``        the shared pool's size in tokens
+
+``POST /fake/wedge`` hangs the engine the way a GLM pair can hang silently: ``/health`` still says
+``"ok": true``, but no generating request is answered until ``POST /fake/unwedge`` (or its client
+leaves). The supervisor's progress checks must notice (``sparkfold.node.liveness``).
 """
 
 from __future__ import annotations
@@ -115,6 +119,8 @@ class Engine:
         self.kept: collections.OrderedDict[str, int] = collections.OrderedDict()
         self.in_use = 0
         self.released = threading.Event()
+        self.working = threading.Event()  # cleared by POST /fake/wedge
+        self.working.set()
         self.requests = self.completion_tokens = self.prompt_tokens_total = 0
         self.cached_tokens_total = self.rounds = self.drafted = self.accepted = 0
 
@@ -289,6 +295,10 @@ class Handler(BaseHTTPRequestHandler):
             self.engine.released.set()
             self.send_json(200, {"released": True})
             return
+        if self.path in ("/fake/wedge", "/fake/unwedge"):
+            (self.engine.working.clear if self.path == "/fake/wedge" else self.engine.working.set)()
+            self.send_json(200, {"wedged": not self.engine.working.is_set()})
+            return
         if self.path not in ("/v1/chat/completions", "/v1/completions"):
             self.send_json(*error(404, f"no route {self.path}"))
             return
@@ -301,6 +311,9 @@ class Handler(BaseHTTPRequestHandler):
         if refusal is not None:
             self.send_json(*refusal)
             return
+        while not self.engine.working.wait(POLL_S):  # wedged: no answer, /health still ok
+            if self.client_gone():
+                return
         try:
             admitted = self.engine.admit(self.client_gone)
         except Refused as exc:

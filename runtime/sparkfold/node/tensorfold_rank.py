@@ -8,7 +8,9 @@ on the host); this module is what systemd sees in its place:
   :func:`sparkfold.node.fabric.discover` without the ping (the fabric stage proved the link);
 - READY once the rank is ready (rank 1: its "ready … following rank 0" line; rank 0: ``/health``
   says ``"ok": true``), with progress in the unit's STATUS while it loads;
-- WATCHDOG pings while the child runs and the peer answers;
+- WATCHDOG pings only while the rank makes progress (:mod:`sparkfold.node.liveness`: rank 0's
+  ``/health`` counters move, or it answers a 1-token request when idle) and the peer answers; a
+  rank whose process lives but does no work is restarted by systemd's watchdog;
 - the peer watch: TensorFold itself would wait for a lost peer, so when the other node falls
   silent past ``peer_timeout_s`` the rank is stopped and the supervisor exits non-zero (systemd
   restarts it, and the pair meets again at rendezvous);
@@ -30,6 +32,7 @@ from sparkfold.engines.tensorfold_process import RankProcess, RankStartError, im
 from sparkfold.engines.tensorfold_profile import ProfileError, profile_of, refusal
 from sparkfold.node.checks import Runner, run_command
 from sparkfold.node.fabric import DEFAULT_SYSFS, discover
+from sparkfold.node.liveness import Liveness, Verdict
 from sparkfold.node.notify import notify, watchdog_interval_s
 from sparkfold.node.peer import start_peer_watch
 from sparkfold.node.roce import fabric_facts
@@ -81,6 +84,17 @@ def check_image(settings: Settings) -> None:
         raise RankStartError(refused)
 
 
+def _liveness(settings: Settings, interval_s: float) -> Liveness:
+    """Rank 0's progress checks; a probe never takes longer than one watchdog tick."""
+    tensorfold = settings.engine.tensorfold
+    return Liveness(
+        settings.engine_url,
+        stall_s=tensorfold.stall_s,
+        probe_every_s=tensorfold.probe_every_s,
+        probe_timeout_s=max(1.0, interval_s),
+    )
+
+
 def run_tensorfold_rank(settings: Settings, die: Callable[[str], Any]) -> int:
     """Run the rank until SIGTERM (exit 0), its own exit (its code), or a lost peer (``die``)."""
     check_image(settings)
@@ -116,14 +130,35 @@ def run_tensorfold_rank(settings: Settings, die: Callable[[str], Any]) -> int:
     log.info("rank %d ready: %s", settings.node.rank, status)
     notify("READY=1", f"STATUS=rank {settings.node.rank} ready, {status}")
     mark_serving(settings)
-    interval = watchdog_interval_s() or 1.0
+    watchdog = watchdog_interval_s()
+    interval = watchdog or 1.0
+    liveness = _liveness(settings, interval) if watchdog and settings.node.rank == 0 else None
+    stalled = ""
     while not stopping.wait(interval):
         if rank.returncode is not None:
             code = rank.wait()
             log.critical("rank %d exited with code %d: %s", settings.node.rank, code, (rank.tail or [""])[-1])
             return code or 1
-        if watch is None or watch.alive():
+        if watch is not None and not watch.alive():
+            continue
+        verdict = liveness.check() if liveness is not None else Verdict(True)
+        if verdict.ok:
+            if stalled:
+                log.info("rank %d makes progress again", settings.node.rank)
+                notify(f"STATUS=rank {settings.node.rank} ready, {status}")
+            stalled = ""
             notify("WATCHDOG=1")
+        else:
+            if not stalled:
+                log.warning(
+                    "rank %d makes no progress: %s; the watchdog is not fed",
+                    settings.node.rank,
+                    verdict.reason,
+                )
+            stalled = verdict.reason
+            notify(f"STATUS=no progress: {stalled}")
+    if liveness is not None:
+        liveness.close()
     notify("STOPPING=1", "STATUS=stopping")
     if watch is not None:
         watch.stop()
