@@ -460,6 +460,26 @@ class ApiSettings(_Section):
     max_stored_responses: int = Field(
         1024, ge=1, le=1_000_000, description="finished /v1/responses kept in memory for GET and continuation"
     )
+    max_stored_response_mib: float = Field(
+        4, gt=0, description="largest stored response (its JSON with the conversation; media are not kept)"
+    )
+    max_store_mib: float = Field(256, gt=0, description="all stored responses together; oldest dropped first")
+    max_text_body_mib: float = Field(
+        8,
+        gt=0,
+        description="a request body less its data: URLs (text, tools, structure), checked before parsing",
+    )
+    # connection limits (the HTTP server's, before any request is read)
+    max_connections: int = Field(
+        2048, ge=1, le=1_000_000, description="open client connections; more are closed"
+    )
+    header_timeout_s: float = Field(10.0, gt=0, description="a request's headers must arrive within this")
+    idle_timeout_s: float = Field(5.0, gt=0, description="a kept-alive connection idle this long is closed")
+    max_header_kib: int = Field(64, ge=1, le=16384, description="request line and headers together")
+    max_headers: int = Field(100, ge=1, le=10_000, description="header fields of one request")
+    shutdown_grace_s: float = Field(
+        5.0, ge=0, description="at shutdown, open streams get an error event; the rest may finish this long"
+    )
 
     @property
     def keys_required(self) -> bool:

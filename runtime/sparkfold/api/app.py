@@ -135,7 +135,14 @@ class App:
             ),
             utility=UtilityServing(engine=engine, served_name=served),
             messages=MessagesServing(chat=chat, engine=engine),
-            responses=ResponsesServing(chat=chat, store=ResponseStore(api.max_stored_responses)),
+            responses=ResponsesServing(
+                chat=chat,
+                store=ResponseStore(
+                    api.max_stored_responses,
+                    max_entry_bytes=int(api.max_stored_response_mib * (1 << 20)),
+                    max_bytes=int(api.max_store_mib * (1 << 20)),
+                ),
+            ),
             health=HealthServing(engine=engine, lanes=lanes, metrics=metrics),
         )
 

@@ -27,6 +27,8 @@ class CallContext:
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     started: float = field(default_factory=time.perf_counter)
     admit: Admit = _no_admission
+    tenant: str = ""
+    """The digest of the API key that made the call (``""`` without keys): stored objects' owner."""
 
     @classmethod
     def of_scope(cls, scope: Mapping[str, Any], route: str) -> CallContext:
@@ -36,4 +38,5 @@ class CallContext:
             request_id=state.get("request_id") or uuid.uuid4().hex,
             started=state.get("started") or time.perf_counter(),
             admit=state.get("admit") or _no_admission,
+            tenant=state.get("tenant") or "",
         )

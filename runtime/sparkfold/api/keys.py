@@ -13,7 +13,7 @@ import hmac
 import logging
 from pathlib import Path
 
-__all__ = ["KeyFileError", "KeyStore", "hash_key"]
+__all__ = ["KeyFileError", "KeyStore", "hash_key", "tenant_of"]
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +27,11 @@ class KeyFileError(ValueError):
 def hash_key(key: str) -> str:
     """The ``sha256:<hex>`` line that stands for ``key`` in a keys file."""
     return _HASH_PREFIX + hashlib.sha256(key.encode()).hexdigest()
+
+
+def tenant_of(key: str) -> str:
+    """Who a key stands for, as far as stored objects go: its SHA-256 (never the key itself)."""
+    return hashlib.sha256(key.encode()).hexdigest()
 
 
 def _parse(text: str, source: str) -> list[bytes]:

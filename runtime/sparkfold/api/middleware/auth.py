@@ -1,4 +1,8 @@
-"""API keys: ``Authorization: Bearer KEY`` or ``x-api-key: KEY``; open paths need none."""
+"""API keys: ``Authorization: Bearer KEY`` or ``x-api-key: KEY``; open paths need none.
+
+An accepted key's digest becomes the request's tenant (``scope["state"]["tenant"]``): what a
+request stores (``/v1/responses``) belongs to it. Without keys everyone is the one tenant ``""``.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ from collections.abc import Iterable
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sparkfold.api.errors import Unauthorized, error_response
-from sparkfold.api.keys import KeyStore
+from sparkfold.api.keys import KeyStore, tenant_of
 
 
 def presented_key(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
@@ -43,6 +47,7 @@ class Auth:
         elif not self.keys.accepts(key):
             error = Unauthorized("the API key is not accepted (check it against api.api_keys_file)")
         else:
+            scope.setdefault("state", {})["tenant"] = tenant_of(key)
             await self.app(scope, receive, send)
             return
         await error_response(error, scope["path"])(scope, receive, send)

@@ -21,9 +21,11 @@ async def create_response(body: ResponsesRequest, request: Request) -> Response:
 
 @router.get("/v1/responses/{response_id}", response_model=None, responses=ERROR_RESPONSES, tags=["openai"])
 async def get_response(response_id: str, request: Request) -> Response:
-    return respond(gateway(request).responses.get(response_id), request.scope["path"])
+    call = CallContext.of_scope(request.scope, request.scope["path"])
+    return respond(gateway(request).responses.get(response_id, call), request.scope["path"])
 
 
 @router.delete("/v1/responses/{response_id}", response_model=None, responses=ERROR_RESPONSES, tags=["openai"])
 async def delete_response(response_id: str, request: Request) -> Response:
-    return respond(gateway(request).responses.delete(response_id), request.scope["path"])
+    call = CallContext.of_scope(request.scope, request.scope["path"])
+    return respond(gateway(request).responses.delete(response_id, call), request.scope["path"])

@@ -28,7 +28,7 @@ class ResponsesServing:
         log_ignored(request, call, frozenset({"reasoning"}))
         history: list[dict[str, Any]] = []
         if request.previous_response_id is not None:
-            found = self.store.conversation(request.previous_response_id)
+            found = self.store.conversation(request.previous_response_id, tenant=call.tenant)
             if found is None:
                 return NotFound(
                     f"no stored response {request.previous_response_id!r} (it expired or was never stored)",
@@ -47,7 +47,7 @@ class ResponsesServing:
 
         def keep(response: dict[str, Any], reply: dict[str, Any]) -> None:
             if request.store:
-                self.store.put(response, [*conversation, reply])
+                self.store.put(response, [*conversation, reply], tenant=call.tenant)
 
         if not request.stream:
             result = await self.chat.complete(prepared, call)
@@ -87,15 +87,15 @@ class ResponsesServing:
         events = responses_sse(stream, skeleton=skeleton, on_done=keep)
         return EventStream(events, stream.aclose, self.chat.metrics.cancelled.inc)
 
-    def get(self, response_id: str) -> dict[str, Any] | ApiError:
-        found = self.store.get(response_id)
+    def get(self, response_id: str, call: CallContext) -> dict[str, Any] | ApiError:
+        found = self.store.get(response_id, tenant=call.tenant)
         return (
             found
             if found is not None
             else NotFound(f"no stored response {response_id!r}", param="response_id")
         )
 
-    def delete(self, response_id: str) -> dict[str, Any] | ApiError:
-        if not self.store.delete(response_id):
+    def delete(self, response_id: str, call: CallContext) -> dict[str, Any] | ApiError:
+        if not self.store.delete(response_id, tenant=call.tenant):
             return NotFound(f"no stored response {response_id!r}", param="response_id")
         return {"id": response_id, "object": "response", "deleted": True}

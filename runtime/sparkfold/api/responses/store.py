@@ -1,43 +1,111 @@
-"""A bounded in-memory store of finished responses (for GET/DELETE and ``previous_response_id``)."""
+"""A bounded in-memory store of finished responses (for GET/DELETE and ``previous_response_id``).
+
+Bounded three ways: a count, the bytes of one entry and the bytes of all of them (an entry's size
+is the length of its JSON: the response and the conversation behind it). Pictures and videos in
+the conversation are replaced by a text note before it is kept, so a continuation costs text, not
+media. Every entry belongs to the tenant that made it (the digest of its API key, see
+:mod:`sparkfold.api.keys`); another tenant cannot see, continue or delete it, and is told it does
+not exist.
+"""
 
 from __future__ import annotations
 
+import json
+import logging
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["DEFAULT_MAX_ENTRIES", "ResponseStore"]
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "DEFAULT_MAX_ENTRIES",
+    "DEFAULT_MAX_ENTRY_BYTES",
+    "MEDIA_NOTE",
+    "ResponseStore",
+]
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MAX_ENTRIES = 1024
+DEFAULT_MAX_ENTRY_BYTES = 4 << 20
+DEFAULT_MAX_BYTES = 256 << 20
+MEDIA_PARTS = frozenset({"image_url", "video_url", "input_image", "image", "input_file"})
+MEDIA_NOTE = "[a picture or video was sent here; the stored conversation does not keep it]"
+
+
+@dataclass(frozen=True)
+class _Entry:
+    tenant: str
+    response: dict[str, Any]
+    conversation: list[dict[str, Any]]
+    size: int
+
+
+def _without_media(message: dict[str, Any]) -> dict[str, Any]:
+    content = message.get("content")
+    if not isinstance(content, list):
+        return message
+    parts = [
+        {"type": "text", "text": MEDIA_NOTE} if isinstance(p, dict) and p.get("type") in MEDIA_PARTS else p
+        for p in content
+    ]
+    return {**message, "content": parts}
 
 
 class ResponseStore:
-    """Keeps the newest ``max_entries`` responses with the chat messages that led to them."""
+    """Keeps the newest responses, with the chat messages that led to them, per tenant."""
 
-    def __init__(self, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
-        if max_entries < 1:
-            raise ValueError("max_entries must be positive")
+    def __init__(
+        self,
+        max_entries: int = DEFAULT_MAX_ENTRIES,
+        *,
+        max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+    ) -> None:
+        if min(max_entries, max_entry_bytes, max_bytes) < 1:
+            raise ValueError("max_entries, max_entry_bytes and max_bytes must be positive")
         self.max_entries = max_entries
-        self._items: OrderedDict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = OrderedDict()
+        self.max_entry_bytes = max_entry_bytes
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._items: OrderedDict[str, _Entry] = OrderedDict()
 
     def __repr__(self) -> str:
-        return f"ResponseStore({len(self._items)}/{self.max_entries})"
+        return f"ResponseStore({len(self._items)}/{self.max_entries}, {self.bytes}/{self.max_bytes} bytes)"
 
     def __len__(self) -> int:
         return len(self._items)
 
-    def put(self, response: dict[str, Any], conversation: list[dict[str, Any]]) -> None:
-        self._items[response["id"]] = (response, conversation)
-        self._items.move_to_end(response["id"])
-        while len(self._items) > self.max_entries:
-            self._items.popitem(last=False)
+    def put(self, response: dict[str, Any], conversation: list[dict[str, Any]], *, tenant: str = "") -> bool:
+        """Keep ``response``; ``False`` (and nothing kept) when it alone is past ``max_entry_bytes``."""
+        kept = [_without_media(m) for m in conversation]
+        size = len(json.dumps(response, default=str)) + len(json.dumps(kept, default=str))
+        if size > self.max_entry_bytes:
+            log.info("response not stored: larger than api.max_stored_response_mib", extra={"bytes": size})
+            return False
+        if (replaced := self._items.pop(response["id"], None)) is not None:
+            self.bytes -= replaced.size
+        self._items[response["id"]] = _Entry(tenant, response, kept, size)
+        self.bytes += size
+        while len(self._items) > self.max_entries or self.bytes > self.max_bytes:
+            _, dropped = self._items.popitem(last=False)
+            self.bytes -= dropped.size
+        return True
 
-    def get(self, response_id: str) -> dict[str, Any] | None:
-        item = self._items.get(response_id)
-        return item[0] if item else None
+    def _entry(self, response_id: str, tenant: str) -> _Entry | None:
+        entry = self._items.get(response_id)
+        return entry if entry is not None and entry.tenant == tenant else None
 
-    def conversation(self, response_id: str) -> list[dict[str, Any]] | None:
-        item = self._items.get(response_id)
-        return item[1] if item else None
+    def get(self, response_id: str, *, tenant: str = "") -> dict[str, Any] | None:
+        entry = self._entry(response_id, tenant)
+        return entry.response if entry else None
 
-    def delete(self, response_id: str) -> bool:
-        return self._items.pop(response_id, None) is not None
+    def conversation(self, response_id: str, *, tenant: str = "") -> list[dict[str, Any]] | None:
+        entry = self._entry(response_id, tenant)
+        return entry.conversation if entry else None
+
+    def delete(self, response_id: str, *, tenant: str = "") -> bool:
+        if self._entry(response_id, tenant) is None:
+            return False
+        self.bytes -= self._items.pop(response_id).size
+        return True
