@@ -19,7 +19,9 @@ from typing import Any
 
 import uvicorn
 
-from sparkfold.api.app import create_app
+from sparkfold.api.app import App, create_app
+from sparkfold.api.connections import ConnectionLimits, bounded_protocol
+from sparkfold.api.errors import UpstreamUnavailable
 from sparkfold.api.keys import KeyFileError, KeyStore
 from sparkfold.config import Settings
 
@@ -31,6 +33,7 @@ __all__ = [
     "check_keys",
     "configure_logging",
     "serve",
+    "uvicorn_config",
 ]
 
 Notify = Callable[..., object]  # notify("READY=1", "STATUS=...")
@@ -86,11 +89,15 @@ def configure_logging() -> None:
 
 
 class NotifyingServer(uvicorn.Server):
-    """uvicorn's server, telling the service manager when it is ready and when it stops."""
+    """uvicorn's server, telling the service manager when it is ready and when it stops;
+    ``on_stop`` runs first at a stop, before uvicorn waits for open connections."""
 
-    def __init__(self, config: uvicorn.Config, notify: Notify) -> None:
+    def __init__(
+        self, config: uvicorn.Config, notify: Notify, *, on_stop: Callable[[], None] = lambda: None
+    ) -> None:
         super().__init__(config)
         self.notify = notify
+        self.on_stop = on_stop
 
     async def startup(self, sockets: Any = None) -> None:
         await super().startup(sockets)
@@ -99,7 +106,33 @@ class NotifyingServer(uvicorn.Server):
 
     async def shutdown(self, sockets: Any = None) -> None:
         self.notify("STOPPING=1")
+        self.on_stop()
         await super().shutdown(sockets)
+
+
+def uvicorn_config(settings: Settings, app: App) -> uvicorn.Config:
+    """uvicorn's settings for the gateway: its connection limits (:mod:`sparkfold.api.connections`)."""
+    api = settings.api
+    return uvicorn.Config(
+        app,
+        host=api.host,
+        port=api.port,
+        log_config=None,
+        access_log=False,
+        loop="auto",  # uvloop when it is installed (uvicorn[standard]), else asyncio
+        http=bounded_protocol(ConnectionLimits.of(api)),  # httptools, bounded
+        timeout_keep_alive=api.idle_timeout_s,  # type: ignore[arg-type]  # uvicorn takes a float
+        timeout_graceful_shutdown=api.shutdown_grace_s,  # type: ignore[arg-type]
+        backlog=min(api.max_connections, 4096),
+    )
+
+
+def end_streams(app: App) -> None:
+    """At a stop: every open stream ends at once with an error event and its end-of-stream (the
+    client knows to retry) before uvicorn waits ``api.shutdown_grace_s`` for the rest."""
+    error = UpstreamUnavailable("the gateway is restarting; send the request again")
+    if count := app.gateway.engine.interrupt_streams(error):
+        log.info("open streams ended for the shutdown", extra={"streams": count})
 
 
 def serve(settings: Settings, *, notify: Notify = lambda *states: None) -> None:
@@ -110,17 +143,8 @@ def serve(settings: Settings, *, notify: Notify = lambda *states: None) -> None:
     # Everything built so far lives as long as the process: moved out of the collector's way, so a
     # full collection no longer walks tens of thousands of framework objects on a request's path.
     gc.freeze()
-    config = uvicorn.Config(
-        app,
-        host=settings.api.host,
-        port=settings.api.port,
-        log_config=None,
-        access_log=False,
-        loop="auto",  # uvloop when it is installed (uvicorn[standard]), else asyncio
-        http="auto",  # httptools when it is installed, else h11
-        timeout_graceful_shutdown=5,
-    )
-    server = NotifyingServer(config, notify)
+    config = uvicorn_config(settings, app)
+    server = NotifyingServer(config, notify, on_stop=lambda: end_streams(app))
 
     def reload_keys() -> None:
         notify("RELOADING=1", f"MONOTONIC_USEC={time.monotonic_ns() // 1000}")

@@ -229,9 +229,18 @@ class EngineStream:
 
     async def aclose(self) -> None:
         """Give the connection back when the body was read to its end; close it otherwise."""
+        self._engine._streams.discard(self)
         connection, self._connection = self._connection, None
         if connection is not None:
             self._engine._release(connection)
+
+    def interrupt(self, error: ApiError) -> None:
+        """End the stream now: what was received is still read, then ``error`` is raised."""
+        connection = self._connection
+        if connection is not None and connection.error is None and not connection.complete:
+            connection.error = error
+            connection.close()
+            connection._wake()
 
 
 class Engine:
@@ -256,6 +265,7 @@ class Engine:
         self._connect = connect
         self._max_idle = max(1, concurrency)
         self._idle: list[_Connection] = []
+        self._streams: set[EngineStream] = set()
 
     def __repr__(self) -> str:
         return f"Engine({self.base_url!r})"
@@ -287,7 +297,17 @@ class Engine:
             finally:
                 self._release(connection)
             raise _status_error(connection.status, content)
-        return EngineStream(self, connection, self._timeout_s)
+        stream = EngineStream(self, connection, self._timeout_s)
+        self._streams.add(stream)
+        return stream
+
+    def interrupt_streams(self, error: ApiError) -> int:
+        """End every open stream with ``error`` (each client then gets its dialect's error event
+        and end of stream); the count of streams interrupted."""
+        streams = list(self._streams)
+        for stream in streams:
+            stream.interrupt(error)
+        return len(streams)
 
     # --- the exchange -----------------------------------------------------------------------
     async def _call(

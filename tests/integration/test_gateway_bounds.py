@@ -1,0 +1,182 @@
+"""`sparkfold api` as a process, attacked the cheap ways: connection limits and a restart mid-stream.
+
+The gateway runs as a real process (uvicorn, httptools, its own connection limits, set small
+here) in front of the scripted engine; clients are raw sockets, so nothing in between is kinder
+than an attacker. Every wait is bounded by a socket timeout or a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from tests.fakes.scripted_engine import Script, ScriptedEngine, ServerThread, free_port
+
+WAIT_S = 20  # the longest any single read below may block
+
+
+@pytest.fixture
+def engine() -> Iterator[tuple[ScriptedEngine, ServerThread]]:
+    fake = ScriptedEngine()
+    with ServerThread(fake) as server:
+        yield fake, server
+
+
+@pytest.fixture
+def start_gateway(
+    tmp_path: Path, engine: tuple[ScriptedEngine, ServerThread]
+) -> Iterator[Callable[..., tuple[str, int, subprocess.Popen[bytes]]]]:
+    processes: list[subprocess.Popen[bytes]] = []
+
+    def start(**api: object) -> tuple[str, int, subprocess.Popen[bytes]]:
+        port = free_port()
+        settings = {"host": "127.0.0.1", "port": port, **api}
+        lines = "\n".join(f"{key} = {json.dumps(value)}" for key, value in settings.items())
+        config = tmp_path / f"sparkfold-{port}.toml"
+        config.write_text(
+            f'[engine]\nmodel = "x"\nserved_name = "fake"\nport = {engine[1].port}\n[api]\n{lines}\n'
+        )
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        process = subprocess.Popen(
+            [sys.executable, "-c", "from sparkfold.cli import main; main()", "api", "--config", str(config)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        processes.append(process)
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(url + "/health", timeout=1)
+                break
+            except httpx.TransportError:
+                assert process.poll() is None, process.stderr.read().decode()  # type: ignore[union-attr]
+                assert time.monotonic() < deadline, "gateway did not start"
+                time.sleep(0.05)
+        return url, port, process
+
+    yield start
+    for process in processes:
+        if process.poll() is None:
+            process.terminate()
+            process.wait(timeout=15)
+
+
+def connect(port: int) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=WAIT_S)
+    return sock
+
+
+def read_all(sock: socket.socket) -> bytes:
+    """Everything until the server closes (bounded by the socket timeout per read)."""
+    out = b""
+    try:
+        while chunk := sock.recv(65536):
+            out += chunk
+    except (ConnectionResetError, BrokenPipeError):
+        pass
+    return out
+
+
+def send_all(sock: socket.socket, data: bytes) -> bool:
+    """``False`` when the server closed before it took everything."""
+    try:
+        sock.sendall(data)
+    except (ConnectionResetError, BrokenPipeError):
+        return False
+    return True
+
+
+def health_ok(port: int) -> bool:
+    return httpx.get(f"http://127.0.0.1:{port}/health", timeout=WAIT_S).status_code == 200
+
+
+def test_oversized_and_too_many_headers_are_refused_before_auth(start_gateway: Callable[..., tuple]) -> None:
+    _, port, _ = start_gateway(max_header_kib=8, max_headers=20)
+    with connect(port) as sock:
+        sent = send_all(
+            sock, b"GET /v1/models HTTP/1.1\r\nhost: x\r\nx-big: " + b"a" * (4 << 20) + b"\r\n\r\n"
+        )
+        answer = read_all(sock)
+    assert not sent or answer.startswith(b"HTTP/1.1 431"), answer[:200]
+    with connect(port) as sock:
+        many = b"".join(b"x-h%d: v\r\n" % i for i in range(1000))
+        send_all(sock, b"GET /v1/models HTTP/1.1\r\nhost: x\r\n" + many + b"\r\n")
+        answer = read_all(sock)
+    assert answer.startswith(b"HTTP/1.1 431") and b"more than 20 header fields" in answer, answer[:200]
+    with connect(port) as sock:  # within the limits: served as before
+        send_all(sock, b"GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        assert read_all(sock).startswith(b"HTTP/1.1 200")
+
+
+def test_slow_headers_and_silent_connections_are_closed(start_gateway: Callable[..., tuple]) -> None:
+    _, port, _ = start_gateway(header_timeout_s=1, idle_timeout_s=1)
+    with connect(port) as silent, connect(port) as slow:
+        send_all(slow, b"GET /health HTTP/1.1\r\nhost: x\r\n")  # and never the blank line
+        assert read_all(silent) == b""  # closed by the server, not by our timeout (that raises)
+        assert read_all(slow) == b""
+    with connect(port) as kept:  # a finished request's connection is closed once idle
+        send_all(kept, b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+        assert read_all(kept).startswith(b"HTTP/1.1 200")
+
+
+def test_connections_past_the_limit_are_closed_and_the_rest_are_served(
+    start_gateway: Callable[..., tuple],
+) -> None:
+    _, port, _ = start_gateway(max_connections=20, header_timeout_s=60)
+    socks = [connect(port) for _ in range(30)]
+    try:
+        request = b"GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+        answers = [read_all(s) if send_all(s, request) else b"" for s in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+    served = [a for a in answers if a.startswith(b"HTTP/1.1 200")]
+    assert len(served) == 20 and answers.count(b"") == 10
+    assert health_ok(port)
+
+
+STREAMS = [
+    (
+        "/v1/chat/completions",
+        {"model": "fake", "stream": True, "messages": [{"role": "user", "content": "x"}]},
+    ),
+    (
+        "/v1/messages",
+        {"model": "fake", "stream": True, "max_tokens": 9, "messages": [{"role": "user", "content": "x"}]},
+    ),
+    ("/v1/responses", {"model": "fake", "stream": True, "input": "x"}),
+]
+
+
+def test_a_restart_ends_every_open_stream_with_an_error_and_its_end(
+    start_gateway: Callable[..., tuple], engine: tuple[ScriptedEngine, ServerThread]
+) -> None:
+    fake, _ = engine
+    fake.default = Script(content=["one", "two"], stall_after=1)
+    url, _, process = start_gateway(shutdown_grace_s=10)
+    with httpx.Client(base_url=url, timeout=WAIT_S) as http:
+        opened = [http.stream("POST", path, json=body) for path, body in STREAMS]
+        responses = [o.__enter__() for o in opened]
+        lines = [r.iter_lines() for r in responses]
+        for it in lines:  # each stream has started (the engine stalls after its first token)
+            assert any("one" in line for line in it)
+        process.send_signal(signal.SIGTERM)
+        rest = ["\n".join(it) for it in lines]
+        for o in opened:
+            o.__exit__(None, None, None)
+    chat, anthropic, responses_api = rest
+    assert '"error"' in chat and "restarting" in chat and chat.rstrip().endswith("data: [DONE]")
+    assert "event: error" in anthropic and "restarting" in anthropic
+    assert "event: response.failed" in responses_api and "restarting" in responses_api
+    assert process.wait(timeout=WAIT_S) in (0, -signal.SIGTERM)
