@@ -186,3 +186,10 @@ def test_units_keep_their_hardening(repo: Path, tmp_path: Path) -> None:
     # STYLE.md: the api unit's exposure stays at 3.0 or lower; the engine's is held where it is now.
     assert exposure(units["sparkfold-api"]) <= 3.0
     assert exposure(units["sparkfold-engine"]) <= 3.0
+
+
+def test_units_raise_the_descriptor_limit(repo: Path, tmp_path: Path) -> None:
+    # 1,100 idle connections used to exhaust the default 1,024 descriptors (issue 15)
+    render_example(repo, tmp_path)
+    for name in ("sparkfold-api", "sparkfold-engine"):
+        assert "LimitNOFILE=65536" in (tmp_path / "spark-head" / f"{name}.service").read_text(), name
