@@ -10,6 +10,7 @@ import pytest
 import uvicorn
 import uvloop
 from tests.fakes.harness import settings_for
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from sparkfold.api import server
 
@@ -31,4 +32,5 @@ def test_serve_runs_on_uvicorns_loop_and_parser(monkeypatch: pytest.MonkeyPatch)
         logging.getLogger("httpx").setLevel(logging.NOTSET)
     assert isinstance(seen["loop"], uvloop.Loop)
     seen["config"].load()
-    assert seen["config"].http_protocol_class.__module__ == "uvicorn.protocols.http.httptools_impl"
+    protocol = seen["config"].http_protocol_class
+    assert issubclass(protocol, HttpToolsProtocol) and protocol.limits.max_headers == 100  # bounded
