@@ -1,25 +1,35 @@
-"""Gateway overhead: the same streamed load sent straight to an engine server and through the gateway.
+"""Gateway overhead: the same streamed load sent straight to an engine server, through the gateway,
+and (with ``--litellm``) through LiteLLM's proxy, in one run.
 
-Three processes: a synthetic engine (the scripted engine double, streaming at a fixed pace), the
-gateway (`sparkfold api`: one process, one event-loop thread, so one core at most), and this load
-generator (a raw-socket SSE client, cheap enough not to be the bottleneck). With ``--pin`` (the
+Processes: a synthetic engine (the scripted engine double, streaming at a fixed pace), the
+gateway (`sparkfold api`: one process, one event-loop thread, so one core at most), LiteLLM's
+proxy in front of the same engine (``litellm --config … --num_workers 1``: one process, its
+defaults otherwise, a master key as it requires), and this load generator (a raw-socket SSE
+client, cheap enough not to be the bottleneck). Every round sends the same load to each side in
+turn (straight, gateway, LiteLLM), so drift on the machine hits all of them alike. With ``--pin`` (the
 default on two or more cores) the gateway gets the last allowed core to itself and the engine and
 the client share the others, so the straight and gateway sides see the same engine and client
 and the gateway never queues behind them. In one run it measures:
 
-- *TTFT*: request sent to the first content token, straight and through the gateway (added = the
-  difference), pooled over many short rounds at 1, 4, 16 and 64 simultaneous streams (a burst: every
+- *TTFT*: request sent to the first content token, straight and through each proxy (added = the
+  difference of the medians; p25 and p75 of the pooled samples show the spread), pooled over
+  many short rounds at 1, 4, 16 and 64 simultaneous streams (a burst: every
   stream of a round sent at the same moment), and in a steady state (each of N clients sends its
   next request when its previous reply ends, the clients' first requests spread over one reply's
   length, so N streams run at all times and requests arrive one by one);
-- *tok/s*: the aggregate streamed tokens/s at each concurrency (ratio = through / straight);
-- *CPU per request*: the gateway's process CPU time (user + system, from /proc) per request with
-  an unthrottled engine and short replies, next to the engine's own, which does not depend on how
-  busy the machine is the way wall-clock numbers do;
+- *tok/s*: the aggregate streamed tokens/s at each concurrency (ratio = through / straight; the
+  lowest and highest round's ratio beside the median);
+- *CPU per request*: each proxy's CPU time (user + system of its process and any children, from
+  /proc) per request with an unthrottled engine and short replies, next to the engine's own, in
+  interleaved chunks (median, lowest, highest); it does not depend on how busy the machine is
+  the way wall-clock numbers do;
 - with an unthrottled engine and long replies, the SSE events/s the gateway relays (and its CPU
   per event).
 
-    python tests/bench/gateway_bench.py [--json FILE]
+    python tests/bench/gateway_bench.py [--json FILE] [--litellm PATH/TO/litellm]
+
+LiteLLM is not a dependency: install it apart (``python -m venv /opt/ll && /opt/ll/bin/pip install
+'litellm[proxy]'``) and pass its ``litellm`` executable.
 """
 
 from __future__ import annotations
@@ -28,6 +38,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -45,8 +56,10 @@ sys.path[:0] = [str(REPO / "runtime"), str(REPO)]
 from tests.fakes.scripted_engine import Script, ScriptedEngine, free_port  # noqa: E402
 
 CORES = sorted(os.sched_getaffinity(0))  # before any pinning narrows this process's own set
-MARKER = b'"content":"tok"'
+MARKERS = (b'"content":"tok"', b'"content": "tok"')  # compact JSON (ours), spaced (LiteLLM's)
 BODY = json.dumps({"model": "fake", "messages": [{"role": "user", "content": "x"}], "stream": True}).encode()
+LITELLM_KEY = "sk-sparkfold-bench-7f3a9c2e51d84b06"  # LiteLLM refuses to start without a master key
+LITELLM_READY_S = 300  # it imports a lot: about 30 s on a quiet core, minutes on a loaded one
 
 
 def serve_engine(port: int, pace_s: float, tokens: int) -> None:
@@ -57,21 +70,20 @@ def serve_engine(port: int, pace_s: float, tokens: int) -> None:
     uvicorn.run(engine, host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
 
-def start(args: list[str]) -> subprocess.Popen[bytes]:
+def start(args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     paths = [str(REPO / "runtime"), str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+    full = {**os.environ, "PYTHONPATH": os.pathsep.join(paths), **(env or {})}
+    return subprocess.Popen(args, env=full, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
-    return subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
-
-def wait_ready(url: str, timeout: float = 30) -> None:
+def wait_ready(url: str, timeout: float = 30, proc: subprocess.Popen[bytes] | None = None) -> None:
     deadline = time.monotonic() + timeout
     while True:
         try:
             httpx.get(url, timeout=1)
             return
         except httpx.TransportError:
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline or (proc is not None and proc.poll() is not None):
                 raise RuntimeError(f"{url} did not come up") from None
             time.sleep(0.05)
 
@@ -83,7 +95,7 @@ async def one_stream(port: int) -> tuple[float, int, float]:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     head = (
         f"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-        f"content-length: {len(BODY)}\r\nconnection: close\r\n\r\n"
+        f"content-length: {len(BODY)}\r\nauthorization: Bearer {LITELLM_KEY}\r\nconnection: close\r\n\r\n"
     ).encode()
     writer.write(head + BODY)
     first: float | None = None
@@ -95,13 +107,13 @@ async def one_stream(port: int) -> tuple[float, int, float]:
         if not data:
             break
         window = tail + data  # a marker may straddle two reads; count each one once
-        count = window.count(MARKER) - tail.count(MARKER)
+        count = sum(window.count(m) - tail.count(m) for m in MARKERS)
         if count:
             last = time.perf_counter() - started
             if first is None:
                 first = last
         events += count
-        tail = window[-len(MARKER) :]
+        tail = window[-max(map(len, MARKERS)) :]
         if b"data: [DONE]" in window:
             break
     writer.close()
@@ -133,31 +145,53 @@ def gateway_config(engine_port: int, port: int, directory: Path) -> Path:
     return path
 
 
+def _children(pid: int) -> list[int]:
+    try:
+        tasks = Path(f"/proc/{pid}/task").iterdir()
+        return [int(c) for task in tasks for c in (task / "children").read_text().split()]
+    except OSError:
+        return []
+
+
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process ``pid`` so far (Linux /proc), NaN where unavailable."""
+    """User + system CPU time of process ``pid`` and its live descendants so far (Linux /proc),
+    NaN where unavailable."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return float("nan")
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return own + sum(cpu_seconds(child) for child in _children(pid))
 
 
-def pin(pids: dict[str, int], gateway_alone: bool) -> dict[str, list[int]]:
-    """The client and the engine on all allowed cores but the last; the gateway on that last one
-    alone, or (``gateway_alone`` false) free to use any. What was set, by name."""
+def pin(pids: dict[str, int], proxies_free: bool) -> dict[str, list[int]]:
+    """The client and the engine on all allowed cores but the last; each proxy on that last one
+    alone, or (``proxies_free``) free to use any. What was set, by name."""
     if len(CORES) < 2:
         return {}
-    placed = {name: CORES[:-1] for name in pids}
-    placed["gateway"] = CORES[-1:] if gateway_alone else CORES
+    placed = {
+        name: CORES[:-1] if name in ("client", "engine") else (CORES if proxies_free else CORES[-1:])
+        for name in pids
+    }
     for name, pid in pids.items():
         os.sched_setaffinity(pid, placed[name])
     return placed
 
 
-class Pair:
-    """An engine server and a gateway in front of it, started for one phase of the run."""
+def litellm_config(engine_port: int, directory: Path) -> Path:
+    path = directory / "litellm.yaml"
+    path.write_text(
+        "model_list:\n  - model_name: fake\n    litellm_params:\n      model: openai/fake\n"
+        f"      api_base: http://127.0.0.1:{engine_port}/v1\n      api_key: unused\n"
+        f"general_settings:\n  master_key: {LITELLM_KEY}\n"
+    )
+    return path
 
-    def __init__(self, pace_s: float, tokens: int, *, pinned: str) -> None:
+
+class Pair:
+    """An engine server with the gateway (and LiteLLM's proxy, when given) in front, for one phase."""
+
+    def __init__(self, pace_s: float, tokens: int, *, pinned: str, litellm: str | None) -> None:
         self.engine_port, self.gateway_port = free_port(), free_port()
         self.reply_s = pace_s * tokens  # how long one paced reply streams
         self._tmp = tempfile.TemporaryDirectory()
@@ -167,39 +201,69 @@ class Pair:
             [sys.executable, __file__, "--engine", str(self.engine_port), str(pace_s), str(tokens)]
         )
         self.gateway = start([sys.executable, "-c", cli, "api", "--config", str(config)])
+        self.proxies: dict[str, tuple[int, subprocess.Popen[bytes]]] = {
+            "gateway": (self.gateway_port, self.gateway)
+        }
+        if litellm:
+            port = free_port()
+            args = [litellm, "--config", str(litellm_config(self.engine_port, Path(self._tmp.name)))]
+            args += ["--host", "127.0.0.1", "--port", str(port), "--num_workers", "1"]
+            # the packaged model cost map, not a download at start (there is no network here)
+            self.proxies["litellm"] = (port, start(args, env={"LITELLM_LOCAL_MODEL_COST_MAP": "True"}))
         self.placement: dict[str, list[int]] = {}
         if pinned != "none":
-            pids = {"client": os.getpid(), "engine": self.engine.pid, "gateway": self.gateway.pid}
-            self.placement = pin(pids, gateway_alone=pinned == "gateway-alone")
+            pids = {"client": os.getpid(), "engine": self.engine.pid}
+            pids |= {name: proc.pid for name, (_, proc) in self.proxies.items()}
+            self.placement = pin(pids, proxies_free=pinned == "others")
+
+    def sides(self) -> dict[str, int]:
+        """Every side's port: straight first, then each proxy."""
+        return {"straight": self.engine_port} | {name: port for name, (port, _) in self.proxies.items()}
 
     def __enter__(self) -> Pair:
         try:
             wait_ready(f"http://127.0.0.1:{self.engine_port}/health")
             wait_ready(f"http://127.0.0.1:{self.gateway_port}/health")
-            asyncio.run(load(self.gateway_port, 2))  # warm both paths
-            asyncio.run(load(self.engine_port, 2))
+            if "litellm" in self.proxies:
+                port, proc = self.proxies["litellm"]
+                wait_ready(f"http://127.0.0.1:{port}/health/liveliness", LITELLM_READY_S, proc)
+            for port in self.sides().values():  # warm every path
+                asyncio.run(load(port, 2))
         except BaseException:
             self.__exit__()
             raise
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for proc in (self.gateway, self.engine):
+        procs = [proc for _, proc in self.proxies.values()] + [self.engine]
+        for proc in procs:
             proc.terminate()
-            proc.wait(timeout=15)
+        for proc in procs:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=15)
         self._tmp.cleanup()
 
 
-def ttft_row(streams: int, straight: list[float], through: list[float]) -> dict[str, Any]:
-    """Median TTFTs of both sides (ms) and what the gateway adds; printed as it is made."""
-    s_ttft, g_ttft = statistics.median(straight), statistics.median(through)
-    row = {
-        "streams": streams,
-        "samples": len(through),
-        "ttft_straight_ms": round(s_ttft, 3),
-        "ttft_gateway_ms": round(g_ttft, 3),
-        "ttft_added_ms": round(g_ttft - s_ttft, 3),
-    }
+def _q(values: list[float], q: float) -> float:
+    return (
+        statistics.quantiles(values, n=100, method="inclusive")[round(q * 100) - 1]
+        if len(values) > 1
+        else values[0]
+    )
+
+
+def ttft_row(streams: int, samples: dict[str, list[float]]) -> dict[str, Any]:
+    """Median TTFT of every side (ms), p25 / p75, and what each proxy adds; printed as it is made."""
+    medians = {side: statistics.median(values) for side, values in samples.items()}
+    row: dict[str, Any] = {"streams": streams, "samples": len(samples["straight"])}
+    for side, values in samples.items():
+        row[f"ttft_{side}_ms"] = round(medians[side], 3)
+        row[f"ttft_{side}_p25_p75_ms"] = [round(_q(values, 0.25), 3), round(_q(values, 0.75), 3)]
+        if side != "straight":
+            row[f"ttft_added_{side}_ms"] = round(medians[side] - medians["straight"], 3)
     print(json.dumps(row), flush=True)
     return row
 
@@ -208,12 +272,11 @@ def ttft_phase(pair: Pair, concurrencies: list[int], rounds: int) -> list[dict[s
     """Many short rounds per concurrency, interleaved; TTFT pooled over every stream of every round."""
     rows = []
     for streams in concurrencies:
-        straight: list[float] = []
-        through: list[float] = []
-        for _ in range(max(6, rounds // streams)):  # interleaved, so drift hits both sides alike
-            straight += asyncio.run(load(pair.engine_port, streams))["ttft_ms"]
-            through += asyncio.run(load(pair.gateway_port, streams))["ttft_ms"]
-        rows.append(ttft_row(streams, straight, through))
+        samples: dict[str, list[float]] = {side: [] for side in pair.sides()}
+        for _ in range(max(6, rounds // streams)):  # interleaved, so drift hits every side alike
+            for side, port in pair.sides().items():
+                samples[side] += asyncio.run(load(port, streams))["ttft_ms"]
+        rows.append(ttft_row(streams, samples))
     return rows
 
 
@@ -222,11 +285,11 @@ def steady_phase(pair: Pair, concurrencies: list[int], replies: int) -> list[dic
     rows = []
     for streams in concurrencies:
         per_client = max(3, replies // streams)
-        straight, through = [], []
-        for _ in range(2):  # interleaved, so drift hits both sides alike
-            straight += asyncio.run(_staggered(pair.engine_port, streams, per_client, pair.reply_s))
-            through += asyncio.run(_staggered(pair.gateway_port, streams, per_client, pair.reply_s))
-        rows.append(ttft_row(streams, straight, through))
+        samples: dict[str, list[float]] = {side: [] for side in pair.sides()}
+        for _ in range(2):  # interleaved, so drift hits every side alike
+            for side, port in pair.sides().items():
+                samples[side] += asyncio.run(_staggered(port, streams, per_client, pair.reply_s))
+        rows.append(ttft_row(streams, samples))
     return rows
 
 
@@ -242,33 +305,40 @@ async def _staggered(port: int, streams: int, per_client: int, reply_s: float) -
 
 
 def rate_phase(pair: Pair, concurrencies: list[int], repeats: int) -> list[dict[str, Any]]:
-    """Full-length streams: aggregate tokens/s straight and through the gateway, medians of rounds."""
+    """Full-length streams: aggregate tokens/s on every side, medians of interleaved rounds."""
     rows = []
     for streams in concurrencies:
-        straight, through = [], []
-        busy = []  # the gateway's CPU seconds per second of its rounds: 1.0 is one core saturated
-        for _ in range(repeats):  # interleaved, so drift hits both sides alike
-            straight.append(asyncio.run(load(pair.engine_port, streams)))
-            cpu, wall = cpu_seconds(pair.gateway.pid), time.perf_counter()
-            through.append(asyncio.run(load(pair.gateway_port, streams)))
-            busy.append((cpu_seconds(pair.gateway.pid) - cpu) / (time.perf_counter() - wall))
-
-        def median(side: list[dict[str, Any]], key: str) -> float:
-            return statistics.median(r[key] for r in side)
-
-        s_rate, g_rate = median(straight, "tokens_per_s"), median(through, "tokens_per_s")
-        s_e2e, g_e2e = median(straight, "e2e_tokens_per_s"), median(through, "e2e_tokens_per_s")
-        rows.append(
-            {
-                "streams": streams,
-                "tok_s_straight": round(s_e2e, 1),
-                "tok_s_gateway": round(g_e2e, 1),
-                "tok_s_ratio": round(g_e2e / s_e2e, 4),
-                "per_stream_ratio": round(g_rate / s_rate, 4),
-                "gateway_cores_busy": round(statistics.median(busy), 3),
+        runs: dict[str, list[dict[str, Any]]] = {side: [] for side in pair.sides()}
+        busy: dict[str, list[float]] = {name: [] for name in pair.proxies}  # CPU s per s: 1.0 = one core
+        for _ in range(repeats):  # interleaved, so drift hits every side alike
+            for side, port in pair.sides().items():
+                proc = pair.proxies[side][1] if side in pair.proxies else None
+                cpu, wall = (cpu_seconds(proc.pid) if proc else 0.0), time.perf_counter()
+                runs[side].append(asyncio.run(load(port, streams)))
+                if proc:
+                    busy[side].append((cpu_seconds(proc.pid) - cpu) / (time.perf_counter() - wall))
+        straight = runs["straight"]
+        row: dict[str, Any] = {
+            "streams": streams,
+            "tok_s_straight": round(statistics.median(r["e2e_tokens_per_s"] for r in straight), 1),
+        }
+        for name in pair.proxies:
+            ratios = [
+                g["e2e_tokens_per_s"] / s["e2e_tokens_per_s"]
+                for g, s in zip(runs[name], straight, strict=True)
+            ]
+            per_stream = statistics.median(r["tokens_per_s"] for r in runs[name]) / statistics.median(
+                r["tokens_per_s"] for r in straight
+            )
+            row |= {
+                f"tok_s_{name}": round(statistics.median(r["e2e_tokens_per_s"] for r in runs[name]), 1),
+                f"tok_s_ratio_{name}": round(statistics.median(ratios), 4),
+                f"tok_s_ratio_{name}_min_max": [round(min(ratios), 4), round(max(ratios), 4)],
+                f"per_stream_ratio_{name}": round(per_stream, 4),
+                f"{name}_cores_busy": round(statistics.median(busy[name]), 3),
             }
-        )
-        print(json.dumps(rows[-1]), flush=True)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
     return rows
 
 
@@ -282,37 +352,40 @@ async def _closed_loop(port: int, requests: int, streams: int) -> list[tuple[flo
     return await asyncio.gather(*(one() for _ in range(requests)))
 
 
-def cost_phase(pair: Pair, requests: int, streams: int, tokens: int) -> dict[str, Any]:
-    """CPU seconds each server spends per request (short replies, ``streams`` at a time)."""
-    result: dict[str, Any] = {"requests": requests, "streams": streams, "tokens": tokens}
-    for side, port in (("straight", pair.engine_port), ("gateway", pair.gateway_port)):
-        before = {
-            name: cpu_seconds(p.pid) for name, p in (("engine", pair.engine), ("gateway", pair.gateway))
-        }
-        replies = asyncio.run(_closed_loop(port, requests, streams))
-        if any(events != tokens for _, events, _ in replies):
-            raise RuntimeError(f"{side}: a reply was cut short")
-        for name, proc in (("engine", pair.engine), ("gateway", pair.gateway)):
-            if side == "straight" and name == "gateway":
-                continue
-            spent = cpu_seconds(proc.pid) - before[name]
-            result[f"{name}_cpu_ms_per_request_{side}"] = round(spent / requests * 1000, 3)
+def cost_phase(pair: Pair, requests: int, streams: int, tokens: int, chunks: int = 3) -> dict[str, Any]:
+    """CPU milliseconds each server spends per request (short replies, ``streams`` at a time), in
+    ``chunks`` interleaved chunks per side: median, lowest, highest."""
+    per_chunk = max(1, requests // chunks)
+    spent: dict[str, list[float]] = {}
+    for _ in range(chunks):
+        for side, port in pair.sides().items():
+            procs = {"engine": pair.engine} | ({side: pair.proxies[side][1]} if side in pair.proxies else {})
+            before = {name: cpu_seconds(p.pid) for name, p in procs.items()}
+            replies = asyncio.run(_closed_loop(port, per_chunk, streams))
+            if any(events != tokens for _, events, _ in replies):
+                raise RuntimeError(f"{side}: a reply was cut short")
+            for name, proc in procs.items():
+                key = f"{name}_cpu_ms_per_request" + ("" if name == side else f"_{side}")
+                spent.setdefault(key, []).append((cpu_seconds(proc.pid) - before[name]) / per_chunk * 1000)
+    result: dict[str, Any] = {"requests": per_chunk * chunks, "streams": streams, "tokens": tokens}
+    for key, values in spent.items():
+        result[key] = round(statistics.median(values), 3)
+        result[key + "_min_max"] = [round(min(values), 3), round(max(values), 3)]
     print(json.dumps(result), flush=True)
     return result
 
 
 def flood_phase(pair: Pair, streams: int) -> dict[str, Any]:
-    """Unthrottled engine: SSE events/s straight and relayed, and the gateway's CPU per event."""
-    straight = asyncio.run(load(pair.engine_port, streams))
-    before = cpu_seconds(pair.gateway.pid)
-    through = asyncio.run(load(pair.gateway_port, streams))
-    spent = cpu_seconds(pair.gateway.pid) - before
-    result = {
-        "streams": streams,
-        "events_per_s_straight": round(straight["e2e_tokens_per_s"], 1),
-        "events_per_s_gateway": round(through["e2e_tokens_per_s"], 1),
-        "gateway_cpu_us_per_event": round(spent / through["tokens"] * 1e6, 2),
-    }
+    """Unthrottled engine: SSE events/s straight and through each proxy, and its CPU per event."""
+    result: dict[str, Any] = {"streams": streams}
+    for side, port in pair.sides().items():
+        proc = pair.proxies[side][1] if side in pair.proxies else None
+        before = cpu_seconds(proc.pid) if proc else 0.0
+        through = asyncio.run(load(port, streams))
+        result[f"events_per_s_{side}"] = round(through["e2e_tokens_per_s"], 1)
+        if proc:
+            cpu = cpu_seconds(proc.pid) - before
+            result[f"{side}_cpu_us_per_event"] = round(cpu / max(through["tokens"], 1) * 1e6, 2)
     print(json.dumps(result), flush=True)
     return result
 
@@ -331,32 +404,41 @@ def main() -> None:
     parser.add_argument("--cost-requests", type=int, default=1000, help="requests per side, CPU phase")
     parser.add_argument("--flood-tokens", type=int, default=20000, help="tokens per unthrottled stream")
     parser.add_argument("--flood-streams", type=int, default=8, help="concurrent unthrottled streams")
+    parser.add_argument("--levels", default="1,4,16,64", help="concurrencies of the TTFT and tok/s phases")
+    parser.add_argument(
+        "--litellm",
+        default=os.environ.get("LITELLM") or shutil.which("litellm"),
+        help="LiteLLM's `litellm` executable: adds its proxy as a third side (default: $LITELLM, or on PATH)",
+    )
     parser.add_argument(
         "--pin",
         choices=["none", "others", "gateway-alone"],
         default="others" if len(CORES) >= 2 else "none",
-        help="others: client and engine kept off the last core, the gateway free; gateway-alone: the "
-        "gateway on the last core only; none: the scheduler decides",
+        help="others: client and engine kept off the last core, the proxies free; gateway-alone: each "
+        "proxy on the last core only; none: the scheduler decides",
     )
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # so a stopped run still stops its servers
-    concurrencies = [1, 4, 16, 64]
-    result: dict[str, Any] = {"cpus": CORES, "pinned": args.pin}
+    concurrencies = [int(n) for n in args.levels.split(",")]
+    result: dict[str, Any] = {"cpus": CORES, "pinned": args.pin, "litellm": args.litellm}
+    if not args.litellm:
+        print("LiteLLM not found (--litellm PATH): measuring straight and the gateway only", flush=True)
+    phase = {"pinned": args.pin, "litellm": args.litellm}
     print("paced upstream, 100 tokens/s per stream: TTFT", flush=True)
-    with Pair(0.01, args.ttft_tokens, pinned=args.pin) as pair:
+    with Pair(0.01, args.ttft_tokens, **phase) as pair:
         result["placement"] = pair.placement
         result["ttft"] = ttft_phase(pair, concurrencies, args.ttft_rounds)
         print("paced upstream, 100 tokens/s per stream: TTFT in a steady state", flush=True)
         result["ttft_steady"] = steady_phase(pair, concurrencies, args.ttft_rounds)
     print("paced upstream, 100 tokens/s per stream: tok/s", flush=True)
-    with Pair(0.01, args.pace_tokens, pinned=args.pin) as pair:
+    with Pair(0.01, args.pace_tokens, **phase) as pair:
         result["rate"] = rate_phase(pair, concurrencies, args.repeats)
     print("unthrottled upstream, 5-token replies: CPU per request", flush=True)
-    with Pair(0.0, 5, pinned=args.pin) as pair:
+    with Pair(0.0, 5, **phase) as pair:
         result["cost"] = cost_phase(pair, args.cost_requests, 8, 5)
     print("unthrottled upstream: relay rate", flush=True)
-    with Pair(0.0, args.flood_tokens, pinned=args.pin) as pair:
+    with Pair(0.0, args.flood_tokens, **phase) as pair:
         result["unthrottled"] = flood_phase(pair, args.flood_streams)
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))

@@ -1,82 +1,257 @@
-"""``sparkfold bench URL``: bounded streaming load, TTFT and tokens per second per concurrency."""
+"""``sparkfold bench URL``: the recipe's tables for any endpoint, as markdown, JSON and PNG plots."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
 
 import click
 import httpx
 
 from sparkfold.commands._options import echo_json, json_option
 
+_K = {"k": 1_024, "m": 1_048_576}
 
-def _levels(ctx: click.Context, param: click.Parameter, value: str) -> list[int]:
+
+def _numbers(text: str, what: str, low: int, high: int) -> tuple[int, ...]:
+    numbers = []
+    for part in (p.strip().lower() for p in text.split(",") if p.strip()):
+        scale = _K.get(part[-1], 1)
+        try:
+            numbers.append(int(float(part[:-1] if scale > 1 else part) * scale))
+        except ValueError:
+            raise click.BadParameter(f"a comma-separated list of {what}, e.g. {low},{low * 4}") from None
+    if not numbers or min(numbers) < low or max(numbers) > high:
+        raise click.BadParameter(f"each value must be between {low:,} and {high:,}")
+    return tuple(numbers)
+
+
+def _levels(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int, ...]:
+    return _numbers(value, "whole numbers", 1, 256)
+
+
+def _lengths(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, ...] | None:
+    return None if value is None else _numbers(value, "token counts (8k = 8192)", 16, 1 << 24)
+
+
+def _suites(ctx: click.Context, param: click.Parameter, value: str) -> list[str]:
+    from sparkfold.bench.suites import SUITES
+
+    chosen = [part.strip() for part in value.split(",") if part.strip()]
+    unknown = [name for name in chosen if name not in SUITES]
+    if unknown or not chosen:
+        raise click.BadParameter(
+            f"choose from {', '.join(SUITES)} (comma-separated), not {', '.join(unknown)}"
+        )
+    return chosen
+
+
+def _load(path: Path) -> tuple[str, dict[str, Any]]:
+    from sparkfold.bench.run import FORMAT
+
     try:
-        levels = [int(part) for part in value.split(",") if part.strip()]
-    except ValueError:
-        raise click.BadParameter("a comma-separated list of whole numbers, e.g. 1,4,16") from None
-    if not levels or min(levels) < 1 or max(levels) > 256:
-        raise click.BadParameter("each level must be between 1 and 256")
-    return levels
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise click.ClickException(f"{path}: not a readable JSON file ({exc})") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise click.ClickException(f"{path}: not a sparkfold bench result (want format {FORMAT})")
+    return str(data.get("label") or path.stem), data
+
+
+def _plot(runs: list[tuple[str, dict[str, Any]]], out: Path, prefix: str = "") -> None:
+    from sparkfold.bench.plots import MissingMatplotlib, draw
+
+    try:
+        for path in draw(runs, out, prefix):
+            click.echo(f"wrote {path}", err=True)
+    except MissingMatplotlib as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 @click.command()
-@click.argument("url")
+@click.argument("url", required=False)
+@click.option(
+    "--suite",
+    "suites",
+    default="decode,prefill,reuse,exact",
+    show_default=True,
+    callback=_suites,
+    help="Suites to run, in order: decode, prefill, reuse, exact.",
+)
 @click.option(
     "--concurrency",
     "levels",
     metavar="N[,N…]",
-    default="1,4",
+    default="1,4,8",
     show_default=True,
     callback=_levels,
-    help="Streams open at once, one level after the other.",
+    help="decode: streams open at once, one level after the other.",
 )
 @click.option(
-    "--requests", metavar="N", default=8, show_default=True, help="Requests per level (at least N)."
+    "--rounds",
+    metavar="N",
+    default=2,
+    show_default=True,
+    type=click.IntRange(1, 100),
+    help="decode: requests per stream and level (level × N requests).",
 )
-@click.option("--max-tokens", metavar="N", default=64, show_default=True, help="Reply budget per request.")
+@click.option(
+    "--max-tokens",
+    metavar="N",
+    default=256,
+    show_default=True,
+    type=click.IntRange(1, 1 << 20),
+    help="decode: reply budget per request.",
+)
+@click.option(
+    "--prefill-lengths",
+    metavar="N[,N…]",
+    default=None,
+    callback=_lengths,
+    help="prefill: prompt lengths in tokens (8k, 32k, …) [default: 8k doubling up to the window].",
+)
+@click.option(
+    "--window",
+    metavar="TOKENS",
+    default=None,
+    type=click.IntRange(64, 1 << 24),
+    help="The context window [default: the endpoint's max_model_len, else 32k].",
+)
+@click.option(
+    "--reuse-tokens",
+    metavar="N",
+    default=65_536,
+    show_default=True,
+    type=click.IntRange(16, 1 << 24),
+    help="reuse: the long prompt sent twice (capped by the window).",
+)
+@click.option(
+    "--system-tokens",
+    metavar="N",
+    default=7_900,
+    show_default=True,
+    type=click.IntRange(16, 1 << 24),
+    help="reuse: the system prompt two conversations share (capped at half the window).",
+)
+@click.option(
+    "--exact-requests",
+    metavar="N",
+    default=4,
+    show_default=True,
+    type=click.IntRange(2, 64),
+    help="exact: replies compared, serial against concurrent.",
+)
+@click.option(
+    "--max-seconds",
+    metavar="S",
+    default=900.0,
+    show_default=True,
+    type=click.FloatRange(1, 86_400),
+    help="Time limit per phase (and per request).",
+)
 @click.option("--model", metavar="ID", default=None, help="Model id (default: the first listed).")
 @click.option(
-    "--api-key", metavar="KEY", envvar="SPARKFOLD_API_KEY", default=None, help="Bearer key for the gateway."
+    "--api-key",
+    metavar="KEY",
+    envvar="SPARKFOLD_API_KEY",
+    default=None,
+    help="Bearer key (the gateway, a router).",
 )
-@click.option("--max-seconds", metavar="S", default=300.0, show_default=True, help="Time limit per level.")
+@click.option("--label", metavar="TEXT", default=None, help="This run's name in plots and comparisons.")
+@click.option(
+    "--save",
+    "save_path",
+    metavar="FILE",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the run's JSON here.",
+)
+@click.option(
+    "--plot",
+    "plot_dir",
+    metavar="DIR",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Write bench.md, bench.json and PNG plots into DIR.",
+)
+@click.option(
+    "--compare",
+    "compare",
+    nargs=2,
+    metavar="A.json B.json",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Draw two saved runs side by side (into --plot DIR, default .) instead of running.",
+)
+@click.option(
+    "--progress/--no-progress", default=None, help="Progress bars [default: when stderr is a terminal]."
+)
 @json_option
 def command(
-    url: str,
-    levels: list[int],
-    requests: int,
+    url: str | None,
+    suites: list[str],
+    levels: tuple[int, ...],
+    rounds: int,
     max_tokens: int,
+    prefill_lengths: tuple[int, ...] | None,
+    window: int | None,
+    reuse_tokens: int,
+    system_tokens: int,
+    exact_requests: int,
+    max_seconds: float,
     model: str | None,
     api_key: str | None,
-    max_seconds: float,
+    label: str | None,
+    save_path: Path | None,
+    plot_dir: Path | None,
+    compare: tuple[Path, Path] | None,
+    progress: bool | None,
     as_json: bool,
 ) -> None:
-    """Stream chat completions from URL (the gateway, or an engine server) and report speed."""
-    from sparkfold.bench.load import run_load
+    """Measure URL (the gateway, an engine server or a router) as the recipe does, or --compare two runs."""
+    from sparkfold.bench.report import comparison, markdown
 
+    if compare:
+        runs = [_load(path) for path in compare]
+        _plot(runs, plot_dir or Path("."), prefix="compare-")
+        click.echo(comparison(runs))
+        return
+    if url is None:
+        raise click.UsageError("give the endpoint's URL (or --compare A.json B.json)")
+    from sparkfold.bench.run import run, total_errors
+    from sparkfold.bench.suites import Knobs
+
+    knobs = Knobs(
+        levels=levels,
+        rounds=rounds,
+        max_tokens=max_tokens,
+        prefill_lengths=prefill_lengths,
+        window=window,
+        reuse_tokens=reuse_tokens,
+        system_tokens=system_tokens,
+        exact_requests=exact_requests,
+        max_seconds=max_seconds,
+        **({} if progress is None else {"progress": progress}),
+    )
     try:
-        results = run_load(
-            url,
-            concurrency=levels,
-            requests=requests,
-            max_tokens=max_tokens,
-            model=model,
-            api_key=api_key,
-            max_seconds=max_seconds,
-        )
-    except httpx.HTTPError as exc:
+        result = run(url, suites, knobs, api_key=api_key, model=model)
+    except (httpx.HTTPError, LookupError) as exc:
         raise click.ClickException(f"{url}: {exc}") from None
+    if label:
+        result["label"] = label
+    table = markdown(result)
+    text = json.dumps(result, indent=2) + "\n"
+    if save_path:
+        save_path.write_text(text)
+    if plot_dir:
+        plot_dir.mkdir(parents=True, exist_ok=True)
+        (plot_dir / "bench.json").write_text(text)
+        (plot_dir / "bench.md").write_text(table)
+        _plot([(label or "run", result)], plot_dir)
     if as_json:
-        echo_json([r.as_dict() for r in results])
+        echo_json(result)
     else:
-        click.echo("streams  requests  errors  TTFT p50 ms  TTFT p90 ms  stream tok/s  total tok/s")
-        for r in results:
-            p50 = "-" if r.ttft_p50_ms is None else f"{r.ttft_p50_ms:.1f}"
-            p90 = "-" if r.ttft_p90_ms is None else f"{r.ttft_p90_ms:.1f}"
-            rate = "-" if r.stream_tok_s_p50 is None else f"{r.stream_tok_s_p50:.1f}"
-            click.echo(
-                f"{r.concurrency:>7}  {r.requests:>8}  {r.errors:>6}  {p50:>11}  {p90:>11}  {rate:>12}"
-                f"  {r.aggregate_tok_s:>11.1f}"
-            )
-            for sample in r.error_samples:
-                click.echo(f"         error: {sample}")
-    if any(r.errors for r in results):
+        click.echo(table)
+    if total_errors(result):
         raise SystemExit(1)

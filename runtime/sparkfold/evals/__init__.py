@@ -1,0 +1,1 @@
+"""``sparkfold eval URL``: quality checks against any OpenAI-compatible endpoint."""

@@ -1,0 +1,155 @@
+"""``sparkfold bench``: suites against a scripted engine, the files they write, ``--compare``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import matplotlib.image
+import pytest
+from click.testing import CliRunner
+from tests.fakes.scripted_engine import Script, ScriptedEngine, ServerThread
+
+from sparkfold.bench.suites import prefill_lengths
+from sparkfold.cli import main
+
+TOKENS = ["one", " two", " three", " four", " five"]
+
+
+@pytest.fixture
+def engine() -> Iterator[tuple[ScriptedEngine, str]]:
+    fake = ScriptedEngine(Script(content=TOKENS, pace_s=0.002))
+    with ServerThread(fake) as server:
+        yield fake, server.url
+
+
+def bench(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, ["bench", *args, "--no-progress"], catch_exceptions=False)
+    return result.exit_code, result.output
+
+
+def quick(url: str, *more: str) -> list[str]:
+    sizes = ["--reuse-tokens", "600", "--system-tokens", "300"]
+    return [url, "--concurrency", "1,3", "--rounds", "1", "--max-tokens", "8", *sizes, *more]
+
+
+def png_width(path: Path) -> int:
+    return int(matplotlib.image.imread(path).shape[1])
+
+
+def chats(fake: ScriptedEngine) -> list[dict]:
+    return [r for r in fake.requests if r["path"] == "/v1/chat/completions"]
+
+
+def test_decode_and_reuse_write_the_table_json_and_plots(
+    engine: tuple[ScriptedEngine, str], tmp_path: Path
+) -> None:
+    fake, url = engine
+    code, output = bench(*quick(url, "--suite", "decode,reuse", "--plot", str(tmp_path)))
+    assert code == 0, output
+    assert "| Concurrent | Prose tok/s | Prose per request | TTFT p50 / p90 |" in output
+    assert (tmp_path / "bench.md").read_text().strip() in output
+    result = json.loads((tmp_path / "bench.json").read_text())
+    assert result["format"] == "sparkfold-bench/1" and result["model"] == "fake"
+    decode = result["suites"]["decode"]
+    assert decode["errors"] == 0
+    for kind in ("prose", "structured"):
+        rows = decode["levels"][kind]
+        assert [(r["concurrency"], r["requests"]) for r in rows] == [(1, 1), (3, 3)]
+        for row in rows:  # every token of every stream was counted (the usage block's count)
+            assert row["aggregate_tok_s"] * row["wall_s"] == pytest.approx(row["requests"] * len(TOKENS))
+            assert row["ttft_p50_ms"] > 0 and row["per_request_tok_s"] > 0
+    # 2 × (1 + 3) decode streams and 4 reuse requests, each asking for the usage block
+    sent = chats(fake)
+    assert len(sent) == 12 and all(r["stream_options"] == {"include_usage": True} for r in sent)
+    reuse = result["suites"]["reuse"]["rows"]
+    assert [row["prompt"] for row in reuse] == [
+        "identical 600-token prompt resent",
+        "new conversation, same 300-token system prompt",
+    ]
+    assert all(row["first_s"] > 0 and row["next_s"] > 0 for row in reuse)
+    resent = [r["messages"][0]["content"] for r in sent[-4:-2]]
+    assert resent[0] == resent[1] and len(resent[0].split()) > 590
+    shared = [r["messages"] for r in sent[-2:]]
+    assert shared[0][0] == shared[1][0] and shared[0][1] != shared[1][1]
+    plots = sorted(p.name for p in tmp_path.glob("*.png"))
+    assert plots == ["decode.png", "reuse.png"]
+    assert all(png_width(tmp_path / name) >= 800 for name in plots)
+
+
+def test_compare_draws_two_saved_runs(engine: tuple[ScriptedEngine, str], tmp_path: Path) -> None:
+    _, url = engine
+    for name in ("a", "b"):
+        code, output = bench(*quick(url, "--suite", "decode,reuse", "--save", str(tmp_path / f"{name}.json")))
+        assert code == 0, output
+    out = tmp_path / "cmp"
+    code, output = bench("--compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--plot", str(out))
+    assert code == 0, output
+    assert "| Prompts | Concurrent | a tok/s | b tok/s | B / A |" in output
+    assert len([line for line in output.splitlines() if line.startswith(("| prose", "| structured"))]) == 4
+    assert sorted(p.name for p in out.glob("*.png")) == ["compare-decode.png", "compare-reuse.png"]
+
+
+def test_compare_refuses_a_file_that_is_not_a_bench_run(tmp_path: Path) -> None:
+    other = tmp_path / "other.json"
+    other.write_text('{"levels": []}')
+    code, output = bench("--compare", str(other), str(other))
+    assert code == 1 and "not a sparkfold bench result" in output
+
+
+def test_refusals_are_counted_and_the_command_exits_1(engine: tuple[ScriptedEngine, str]) -> None:
+    fake, url = engine
+    fake.queue(Script(status=503))
+    code, output = bench(*quick(url, "--suite", "decode", "--concurrency", "1", "--rounds", "2", "--json"))
+    assert code == 1
+    decode = json.loads(output)["suites"]["decode"]
+    row = decode["levels"]["prose"][0]
+    assert (row["requests"], row["errors"], decode["errors"]) == (2, 1, 1)
+    assert "HTTP 503" in row["error_samples"][0]
+
+
+def test_exact_finds_a_concurrent_reply_that_differs(engine: tuple[ScriptedEngine, str]) -> None:
+    fake, url = engine
+    # the 4 serial replies, then the burst: one of its replies differs from its serial twin
+    fake.queue(*[Script(content=TOKENS)] * 5, Script(content=["one", " TWO"]))
+    code, output = bench(url, "--suite", "exact", "--json")
+    assert code == 0, output
+    exact = json.loads(output)["suites"]["exact"]
+    assert exact["burst"] == {"same": 3, "compared": 4}
+    assert exact["staggered"] == {"same": 4, "compared": 4}
+    # which burst request got the odd reply depends on arrival order at the engine
+    assert [(m["mode"], m["at_char"]) for m in exact["mismatches"]] == [("burst", 5)]
+    sent = chats(fake)
+    assert len(sent) == 12 and all(r["temperature"] == 0 and r["seed"] == 0 for r in sent)
+
+
+def test_prefill_runs_each_length_and_skips_what_does_not_fit(engine: tuple[ScriptedEngine, str]) -> None:
+    fake, url = engine
+    code, output = bench(
+        url, "--suite", "prefill", "--prefill-lengths", "1k,2k,1m", "--window", "8192", "--json"
+    )
+    assert code == 0, output
+    rows = json.loads(output)["suites"]["prefill"]["rows"]
+    assert [r["target_tokens"] for r in rows] == [1024, 2048, 1_048_576]
+    assert rows[0]["tok_s"] > 0 and rows[1]["tok_s"] > 0
+    assert rows[2]["skipped"] == "does not fit the 8,192-token window"
+    sizes = [len(r["messages"][0]["content"].split()) for r in chats(fake)]
+    assert sizes[0] == pytest.approx(1024, abs=5) and sizes[1] == pytest.approx(2048, abs=5)
+
+
+def test_prefill_lengths_double_from_8k_up_to_the_window() -> None:
+    assert prefill_lengths(1_048_576, None) == [8192 * 2**i for i in range(7)] + [1_048_320]
+    assert prefill_lengths(40_000, None) == [8192, 16384, 32768]
+    assert prefill_lengths(4096, None) == [960, 1920, 3840]
+
+
+def test_bad_input_is_a_usage_error() -> None:
+    for args, message in (
+        (["--concurrency", "0,x"], "comma-separated list"),
+        (["--suite", "speed"], "choose from"),
+    ):
+        code, output = bench("http://127.0.0.1:1", *args)
+        assert code == 2 and message in output
+    code, output = bench()
+    assert code == 2 and "give the endpoint's URL" in output
