@@ -469,6 +469,9 @@ class ApiSettings(_Section):
         gt=0,
         description="a request body less its data: URLs (text, tools, structure), checked before parsing",
     )
+    max_json_values: int = Field(
+        524_288, ge=1024, description="objects, arrays and list items of a body (upper bound), before parsing"
+    )
     # connection limits (the HTTP server's, before any request is read)
     max_connections: int = Field(
         2048, ge=1, le=1_000_000, description="open client connections; more are closed"

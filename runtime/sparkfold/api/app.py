@@ -20,6 +20,7 @@ from sparkfold import __version__
 from sparkfold.api import routes
 from sparkfold.api.anthropic import routes as anthropic_routes
 from sparkfold.api.anthropic.serving import MessagesServing
+from sparkfold.api.body_shape import BodyShape
 from sparkfold.api.dispatch import Dispatch
 from sparkfold.api.errors import (
     ApiError,
@@ -61,7 +62,8 @@ def build_stack(app: ASGIApp, gateway: Gateway, settings: Settings) -> ASGIApp:
     # passed every check of its own (validation, limits), just before the engine is asked
     app = Admission(app, lanes=gateway.lanes, paths=GENERATING_PATHS, metrics=gateway.metrics)
     # before admission: a too-large body is refused before it is buffered for the queue
-    app = BodyLimit(app, max_bytes=int(api.max_body_mib * (1 << 20)))
+    shape = BodyShape(max_text_bytes=int(api.max_text_body_mib * (1 << 20)), max_values=api.max_json_values)
+    app = BodyLimit(app, max_bytes=int(api.max_body_mib * (1 << 20)), shape=shape)
     # before the body is read at all: unauthenticated clients cost nothing
     app = Auth(app, keys=gateway.keys, required=api.keys_required, open_paths=OPEN_PATHS)
     # sees every final status, 401/413/429 included

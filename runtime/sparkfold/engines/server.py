@@ -129,10 +129,10 @@ def create_app(service: EngineService) -> DirectRoutes:
         if isinstance(body, ApiError):
             return _error(body)
         if body.messages is not None:
-            chat = ChatCompletionRequest(messages=body.messages)
-            if service.renderer is None:
-                return _error(ApiError(400, "this model has no chat template", "messages"))
-            ids = service.generator.encode(service.renderer.render(chat), add_special_tokens=False)
+            rendered = service.tokenize_chat(ChatCompletionRequest(messages=body.messages))
+            if isinstance(rendered, ApiError):
+                return _error(rendered)
+            ids = rendered
         elif body.prompt is not None:
             ids = service.generator.encode(body.prompt, add_special_tokens=body.add_special_tokens)
         else:

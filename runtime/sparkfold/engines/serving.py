@@ -188,6 +188,18 @@ class EngineService:
         prepared = self._admit(ids, request.reply_budget, request, "messages")
         return prepared if isinstance(prepared, ApiError) else replace(prepared, parser=parser)
 
+    def tokenize_chat(self, request: ChatCompletionRequest) -> list[int] | ApiError:
+        """The prompt ids generation renders for ``request`` (``/tokenize``), or the 400 it gets."""
+        if self.renderer is None:
+            return ApiError(400, "this model has no chat template", "messages")
+        try:
+            prompt = self.renderer.render(request)
+        except GlmError as exc:
+            return ApiError(exc.status, exc.message, exc.param)
+        except ValueError as exc:  # a renderer refuses a request with a ValueError naming ``param``
+            return ApiError(400, str(exc), getattr(exc, "param", None) or "messages")
+        return self.generator.encode(prompt, add_special_tokens=False)
+
     def _prepare_glm(self, request: ChatCompletionRequest, glm: GlmChat) -> Prepared | ApiError:
         """Render, load pictures and compile the structured-output grammar (``sparkfold.glm``)."""
         try:

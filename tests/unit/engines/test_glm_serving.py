@@ -116,3 +116,31 @@ def test_a_model_without_vision_refuses_pictures(fake: FakeGenerator) -> None:
     with pytest.raises(openai.BadRequestError) as error:
         sdk(fake).chat.completions.create(model="glm", messages=messages)  # type: ignore[arg-type]
     assert "no vision tower" in error.value.message
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"messages": []},
+        {"messages": [{"role": "user", "content": [{"type": "bogus"}]}]},
+        {"messages": [{"role": "user", "content": [{"type": "text"}]}]},
+        {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": 7}}]}]},
+        {"messages": [{"role": "tool", "content": "x"}]},
+        {
+            "messages": [
+                {
+                    "role": "assistant",
+                    "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "{"}}],
+                }
+            ]
+        },
+    ],
+)
+def test_tokenize_answers_a_client_mistake_with_a_400(tiny: Path, body: dict[str, Any]) -> None:
+    service = EngineService(ScriptedGlm(tiny, "x"), served_name="glm", max_tokens=256)
+    client = TestClient(create_app(service), raise_server_exceptions=False)
+    for path in ("/tokenize", "/v1/chat/completions"):
+        response = client.post(path, json=body)
+        assert response.status_code < 500, (path, response.text)
+        if response.status_code != 200:
+            assert response.json()["error"]["message"]

@@ -1,6 +1,8 @@
-"""Refuse request bodies past ``api.max_body_mib`` with 413, before anything buffers them.
+"""Refuse request bodies past ``api.max_body_mib`` with 413, before anything buffers them, and
+bodies whose parse would cost far more than their size (:mod:`sparkfold.api.body_shape`) with
+413 before they are parsed.
 
-A body within the limit is read once and handed on twice: replayed through ``receive`` (for
+A body within the limits is read once and handed on twice: replayed through ``receive`` (for
 apps that read it, like FastAPI) and kept as ``scope["state"]["body"]``.
 """
 
@@ -8,16 +10,18 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from sparkfold.api.body_shape import BodyShape
 from sparkfold.api.errors import LimitExceeded, error_response
 from sparkfold.api.middleware._body import BodyTooLarge, ClientGone, read_body, replay
 
 
 class BodyLimit:
-    def __init__(self, app: ASGIApp, *, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, *, max_bytes: int, shape: BodyShape | None = None) -> None:
         if max_bytes < 1:
             raise ValueError("max_bytes must be positive")
         self.app = app
         self.max_bytes = max_bytes
+        self.shape = shape
 
     def _error(self) -> LimitExceeded:
         mib = self.max_bytes / (1 << 20)
@@ -42,6 +46,11 @@ class BodyLimit:
             return
         except BodyTooLarge:
             await error_response(self._error(), scope["path"])(scope, receive, send)
+            return
+        refused = self.shape.check(body) if self.shape is not None else None
+        if refused is not None:
+            error = LimitExceeded(refused, param="body", status=413)
+            await error_response(error, scope["path"])(scope, receive, send)
             return
         scope.setdefault("state", {})["body"] = body  # for whoever wants it without a receive
         await self.app(scope, replay(body, receive), send)

@@ -1,0 +1,49 @@
+"""Amplification before admission: bodies whose parse would cost far more than their size are 413s."""
+
+from __future__ import annotations
+
+import base64
+
+from tests.fakes.harness import Running
+from tests.fakes.scripted_engine import ScriptedEngine
+
+from sparkfold.api.body_shape import BodyShape, data_url_bytes
+
+MIB = 1 << 20
+
+
+def test_data_urls_are_measured_without_parsing() -> None:
+    body = b'{"a": "data:image/png;base64,AAAA", "b": "text", "c": "data:x,y"}'
+    assert data_url_bytes(body) == len(b'"data:image/png;base64,AAAA"') + len(b'"data:x,y"')
+
+
+def test_the_shape_counts_text_apart_from_media_and_values_everywhere() -> None:
+    shape = BodyShape(max_text_bytes=1000, max_values=100)
+    picture = b'{"url": "data:image/png;base64,' + b"A" * 10_000 + b'"}'
+    assert shape.check(picture) is None
+    assert "api.max_text_body_mib" in (shape.check(b'{"t": "' + b"x" * 2000 + b'"}') or "")
+    assert "api.max_json_values" in (shape.check(b"[" + b"{}," * 200 + b"{}]") or "")
+
+
+def test_a_body_of_empty_tools_is_refused_before_it_is_parsed(gateway: Running, fake: ScriptedEngine) -> None:
+    # 4 MiB of {} (under the text budget) would be 1.4 million dicts once parsed
+    body = b'{"model": "fake", "messages": [{"role": "user", "content": "x"}], "tools": ['
+    body += b"{}," * (4 * MIB // 3) + b"{}]}"
+    response = gateway.http.post(
+        "/v1/chat/completions", content=body, headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 413 and "api.max_json_values" in response.text
+    text = b'{"model": "fake", "messages": [{"role": "user", "content": "' + b"x" * (9 * MIB) + b'"}]}'
+    response = gateway.http.post(
+        "/v1/chat/completions", content=text, headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 413 and "api.max_text_body_mib" in response.text
+    assert fake.requests == []
+
+
+def test_a_large_picture_is_not_text(gateway: Running, fake: ScriptedEngine) -> None:
+    data = base64.b64encode(b"\0" * (9 * MIB)).decode()
+    part = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{data}"}}
+    body = {"model": "fake", "messages": [{"role": "user", "content": [part]}]}
+    response = gateway.http.post("/v1/chat/completions", json=body)
+    assert "api.max_text_body_mib" not in response.text and "api.max_json_values" not in response.text
