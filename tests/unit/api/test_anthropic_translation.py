@@ -55,7 +55,7 @@ message = st.fixed_dictionaries(
 )
 request = st.fixed_dictionaries(
     {
-        "model": st.text(max_size=5),
+        "model": st.text(min_size=1, max_size=5),
         "max_tokens": st.integers(1, 10**6),
         "messages": st.lists(message, min_size=1, max_size=4),
     },
