@@ -7,6 +7,7 @@ project's venv) first on PATH, so they work from ``make test`` without an activa
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -20,6 +21,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 KEY = REPO / ".cache/testbed/id_ed25519"
 HEAD, WORKER = "198.51.100.11", "198.51.100.12"
+ADMIN = "sparkfold-admin"  # inventory/testbed/hosts.yml: the nodes' admin login (passwordless sudo)
 API = f"http://{HEAD}:8888"
 
 
@@ -76,9 +78,9 @@ def play(
     return Run(result.status, result.rc, result.stats or {}, wall, output)
 
 
-def ssh(address: str, command: str, *, check: bool = True, stdin: str | None = None) -> str:
-    """Run ``command`` as root on a testbed node (``stdin`` fed to it); return stdout."""
-    argv = [
+def ssh_argv(address: str, user: str = ADMIN) -> list[str]:
+    """``ssh`` to a testbed node as ``user`` with the testbed key, no prompts."""
+    return [
         "ssh",
         "-i",
         str(KEY),
@@ -90,9 +92,13 @@ def ssh(address: str, command: str, *, check: bool = True, stdin: str | None = N
         "UserKnownHostsFile=/dev/null",
         "-o",
         "LogLevel=ERROR",
-        f"root@{address}",
-        command,
+        f"{user}@{address}",
     ]
+
+
+def ssh(address: str, command: str, *, check: bool = True, stdin: str | None = None) -> str:
+    """Run ``command`` as root on a testbed node (the admin login, through sudo); return stdout."""
+    argv = [*ssh_argv(address), f"sudo -n bash -c {shlex.quote(command)}"]
     done = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=120, check=False)
     if check:
         assert done.returncode == 0, f"{command} on {address}: {done.stderr}"
