@@ -37,7 +37,15 @@ def test_the_node_image_lacks_what_the_roles_install(testbed: None) -> None:
     assert images
     for image in images:
         listed = subprocess.run(
-            ["chroot", str(image), "dpkg-query", "-W", "-f", "${Package} ${db:Status-Status}\n", *PREREQUISITES],
+            [
+                "chroot",
+                str(image),
+                "dpkg-query",
+                "-W",
+                "-f",
+                "${Package} ${db:Status-Status}\n",
+                *PREREQUISITES,
+            ],
             capture_output=True,
             text=True,
             check=False,
@@ -50,9 +58,8 @@ def test_the_roles_installed_the_prerequisites_from_the_testbed_source(first_con
     for node in (HEAD, WORKER):
         statuses = ssh(node, f"dpkg-query -W -f '${{db:Status-Status}}\\n' {' '.join(PREREQUISITES)}")
         assert statuses.split() == ["installed"] * len(PREREQUISITES)
-        assert ssh(node, "cat /etc/apt/sources.list.d/*.list; ls /etc/apt/sources.list 2>&1 || true").startswith(
-            "deb [trusted=yes] http://198.51.100.1:"
-        )
+        sources = ssh(node, "grep -rhs '^deb' /etc/apt/sources.list /etc/apt/sources.list.d/ || true")
+        assert sources.splitlines() == ["deb [trusted=yes] http://198.51.100.1:8090/ ./"]
         assert ssh(node, "ip -4 route show default") == "", "a node must have no way out"
 
 

@@ -1,11 +1,12 @@
 """The image and weights stages on the testbed with ``sparkfold_engine: tensorfold`` selected.
 
-The nodes have no Hub: a check run of the weights stage passes without a Hub task. The fake Hub, served on the control
-host's testbed bridge address, proves the Hub source end to end: the head fetches, the worker gets
-the files over the fabric link and the head's manifest. Then a fake ``docker`` (images are
-files holding their series label; ``save``/``load`` move them) on both nodes proves the head -> worker
-image copy over the fabric link: the worker gets the head's image, a re-run copies nothing, and a
-worker image with another label is replaced. Runs after test_pair.py, on the same converged pair.
+The nodes have no Hub: a check run of the weights stage passes without a Hub task. The fake Hub,
+served on the control host's testbed bridge address, proves the Hub source end to end: the head
+fetches, the worker gets the files over the fabric link and the head's manifest. Then a fake
+``docker`` (images are files holding their series label; ``save``/``load`` move them) on both nodes
+proves the head -> worker image copy over the fabric link: the worker gets the head's image, a re-run
+copies nothing, and a worker image with another label is replaced. Runs after test_pair.py, on the
+same converged pair.
 """
 
 from __future__ import annotations

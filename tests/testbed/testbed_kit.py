@@ -106,9 +106,28 @@ def ssh(address: str, command: str, *, check: bool = True, stdin: str | None = N
 
 
 def unit(address: str, name: str) -> dict[str, str]:
-    """``systemctl show`` facts of a unit: MainPID, ActiveState, start time (monotonic µs)."""
-    text = ssh(address, f"systemctl show -p MainPID,ActiveState,ExecMainStartTimestampMonotonic {name}")
+    """``systemctl show`` facts of a unit: MainPID, ActiveState, InvocationID, start time (monotonic µs)."""
+    text = ssh(
+        address, f"systemctl show -p MainPID,ActiveState,InvocationID,ExecMainStartTimestampMonotonic {name}"
+    )
     return dict(line.split("=", 1) for line in text.splitlines())
+
+
+def starts_since(address: str, name: str, epoch_s: float) -> int:
+    """How many times systemd started ``name`` on the node since ``epoch_s`` (one clock: one kernel)."""
+    text = ssh(address, f"journalctl -u {name} --since @{int(epoch_s)} -o cat --no-pager", check=False)
+    return sum(line.startswith(f"Starting {name}") for line in text.splitlines())
+
+
+def restarts_issued(run: Run, task: str, host: str) -> int:
+    """How many times ``task`` (a task or handler name) reported changed on ``host`` in the run."""
+    count, inside = 0, False
+    for line in run.output.splitlines():
+        if line.startswith(("TASK [", "RUNNING HANDLER [")):
+            inside = f" : {task}]" in line or f"[{task}]" in line
+        elif inside and line.startswith(f"changed: [{host}"):
+            count += 1
+    return count
 
 
 def wait_for(what: str, probe: Callable[[], bool], timeout_s: float = 300, every_s: float = 2) -> None:
