@@ -9,7 +9,7 @@ import click
 from sparkfold.commands._options import config_option, json_option, sysfs_option
 from sparkfold.commands._report import emit
 from sparkfold.config import Settings
-from sparkfold.node.fabric import discover
+from sparkfold.node.fabric import discover_settled
 
 
 @click.command()
@@ -17,6 +17,15 @@ from sparkfold.node.fabric import discover
 @json_option
 @sysfs_option
 @click.option("--no-ping", is_flag=True, help="Skip the full-size ping to the peer.")
-def command(settings: Settings, as_json: bool, sysfs_root: Path, no_ping: bool) -> None:
+@click.option(
+    "--settle-s",
+    type=click.FloatRange(min=0, max=3600),
+    default=0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Look again (every 2 s) until the link passes or this long has passed (after netplan apply).",
+)
+def command(settings: Settings, as_json: bool, sysfs_root: Path, no_ping: bool, settle_s: float) -> None:
     """Discover and prove the link to fabric.peer: netdev, MTU, full-size ping, RDMA device, RoCE v2 GID."""
-    emit(discover(settings, sysfs=sysfs_root, ping=not no_ping), as_json, "fabric check")
+    report = discover_settled(settings, settle_s, sysfs=sysfs_root, ping=not no_ping)
+    emit(report, as_json, "fabric check")

@@ -14,19 +14,25 @@ The facts found (``netdev``, ``address``, ``mtu``, ``rdma_devices``, ``gid_index
 configuration. Once the RDMA device is found, :func:`sparkfold.node.roce.add_rails` checks the link is
 up, adds the port's PCIe twin as a second rail and writes the NCCL facts.
 ``sysfs`` is a parameter so tests can hand a fake tree.
+
+:func:`discover_settled` repeats the discovery, bounded by ``settle_s``, until it passes: right after
+``netplan apply`` (which returns before networkd has configured the link) the address, the route
+and the RoCE GIDs appear a few seconds late, and a single look would fail a link that is fine.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import json
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from sparkfold.config import Settings
 from sparkfold.node.checks import Check, Report, Runner, run_command
 from sparkfold.node.roce import add_rails
 
-__all__ = ["DEFAULT_SYSFS", "discover", "ipv4_mapped_gid", "roce_v2_gid_index"]
+__all__ = ["DEFAULT_SYSFS", "discover", "discover_settled", "ipv4_mapped_gid", "roce_v2_gid_index"]
 
 DEFAULT_SYSFS = Path("/sys")
 IP_ICMP_OVERHEAD = 28  # IPv4 header (20) + ICMP header (8)
@@ -238,4 +244,33 @@ def discover(
     _check_rdma(settings, dev, sysfs, report)
     if report.ok and "gid_index" in report.facts:
         add_rails(settings, report, sysfs=sysfs, run=run, ping=ping)
+    return report
+
+
+SETTLE_EVERY_S = 2.0
+
+
+def discover_settled(
+    settings: Settings,
+    settle_s: float,
+    *,
+    sysfs: Path = DEFAULT_SYSFS,
+    run: Runner = run_command,
+    ping: bool = True,
+    every_s: float = SETTLE_EVERY_S,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> Report:
+    """:func:`discover`, again every ``every_s`` until it passes or ``settle_s`` is spent; the last report.
+
+    ``facts["attempts"]`` says how many looks it took. ``settle_s = 0`` looks once.
+    """
+    deadline = clock() + settle_s
+    attempts = 1
+    report = discover(settings, sysfs=sysfs, run=run, ping=ping)
+    while not report.ok and clock() + every_s <= deadline:
+        sleep(every_s)
+        attempts += 1
+        report = discover(settings, sysfs=sysfs, run=run, ping=ping)
+    report.facts["attempts"] = attempts
     return report

@@ -5,9 +5,10 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
+import pytest
 from node_fakes import FakeHost, add_roce_port, settings
 
-from sparkfold.node.fabric import discover, ipv4_mapped_gid
+from sparkfold.node.fabric import discover, discover_settled, ipv4_mapped_gid
 
 LINK = {"fabric": {"address": "203.0.113.1", "peer": "203.0.113.2", "mtu": 9000}}
 GID = "0000:0000:0000:0000:0000:ffff:cb00:7101"  # ::ffff:203.0.113.1
@@ -128,3 +129,47 @@ def test_no_ping_option_skips_it(tmp_path: Path, host: FakeHost) -> None:
 def test_peer_unset(tmp_path: Path, host: FakeHost) -> None:
     [failure] = discover(settings(), sysfs=tmp_path, run=host).failures
     assert failure.detail == "fabric.peer is not set"
+
+
+# --- After an asynchronous `netplan apply`: look again, bounded ------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_link_that_comes_up_while_waiting_passes(tmp_path: Path, host: FakeHost) -> None:
+    host.answer(["ip", "-j", "-4", "route", "get"], 2, "")  # networkd has not applied the address yet
+    clock, naps = Clock(), []
+
+    def sleep(seconds: float) -> None:
+        naps.append(seconds)
+        clock.now += seconds
+        if len(naps) == 3:  # the address lands during the third wait
+            healthy(host)
+
+    report = discover_settled(settings(**LINK), 30, sysfs=tmp_path, run=host, sleep=sleep, clock=clock)
+    assert report.ok, report.to_dict()
+    assert report.facts["attempts"] == 4 and naps == [2.0, 2.0, 2.0]
+
+
+def test_a_link_that_never_comes_up_fails_once_the_time_is_spent(tmp_path: Path, host: FakeHost) -> None:
+    host.answer(["ip", "-j", "-4", "route", "get"], 2, "")
+    clock = Clock()
+
+    def sleep(seconds: float) -> None:
+        clock.now += seconds
+
+    report = discover_settled(settings(**LINK), 9, sysfs=tmp_path, run=host, sleep=sleep, clock=clock)
+    assert not report.ok and "no route from this node to 203.0.113.2" in report.failures[0].detail
+    assert report.facts["attempts"] == 5 and clock.now == 8.0  # looks at 0, 2, 4, 6, 8: never past 9 s
+
+
+def test_settle_zero_looks_once(tmp_path: Path, host: FakeHost) -> None:
+    host.answer(["ip", "-j", "-4", "route", "get"], 2, "")
+    report = discover_settled(settings(**LINK), 0, sysfs=tmp_path, run=host, sleep=pytest.fail)
+    assert not report.ok and report.facts["attempts"] == 1

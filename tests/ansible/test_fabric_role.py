@@ -1,0 +1,111 @@
+"""The fabric role on this host: both rails of the cabled CX7 port addressed (iproute2 through a
+fake ``ip``; the netplan file as the example inventory renders it), converging to ``changed=0``."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from local_head import ansible, fake_tools, write_inventory
+
+NETDEV, TWIN = "enp1s0f0np0", "enP2p1s0f0np0"
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Path:
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    down = {"mtu": 1500, "up": False, "addresses": []}
+    (calls / "netdevs.json").write_text(json.dumps({NETDEV: down, TWIN: down}))
+    write_inventory(
+        tmp_path,
+        sparkfold_fabric_netdev=NETDEV,
+        sparkfold_fabric_twin_address="198.51.100.11",
+        sparkfold_fabric_mtu=9000,
+    )
+    return tmp_path
+
+
+def play(repo: Path, node: Path) -> subprocess.CompletedProcess[str]:
+    args = ["-i", str(node / "hosts.yml"), "playbooks/fabric.yml", "-e", "__sparkfold_runtime_installed=true"]
+    return ansible(repo, "ansible-playbook", *args, env=fake_tools(repo, node / "calls"))
+
+
+def recap(result: subprocess.CompletedProcess[str]) -> dict[str, int]:
+    line = next(line for line in result.stdout.splitlines() if line.startswith("h1 ") and "ok=" in line)
+    return {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", line)}
+
+
+@pytest.mark.skipif(
+    Path("/usr/sbin/netplan").exists(), reason="this host has netplan: the role writes its file"
+)
+def test_iproute2_addresses_both_rails_then_converges(repo: Path, node: Path) -> None:
+    first = play(repo, node)
+    assert first.returncode == 0, first.stdout + first.stderr
+    netdevs = json.loads((node / "calls/netdevs.json").read_text())
+    assert netdevs[NETDEV] == {"mtu": 9000, "up": True, "addresses": ["203.0.113.1/24"]}
+    assert netdevs[TWIN] == {"mtu": 9000, "up": True, "addresses": ["198.51.100.11/24"]}
+    again = play(repo, node)
+    assert again.returncode == 0 and recap(again)["changed"] == 0, again.stdout
+    changes = [line for line in (node / "calls/calls").read_text().splitlines() if "show" not in line]
+    assert len(changes) == 6  # mtu, address, up on each rail: all in the first run
+
+
+def test_the_netplan_file_names_both_rails(repo: Path, tmp_path: Path) -> None:
+    args = [
+        "-i",
+        "inventory/example",
+        "tests/ansible/render.yml",
+        "-e",
+        f"render_dir={tmp_path}",
+        "-e",
+        "sparkfold_fabric_twin_address=198.51.100.11",
+    ]
+    result = ansible(repo, "ansible-playbook", *args)
+    assert result.returncode == 0, result.stdout + result.stderr
+    worker = yaml.safe_load((tmp_path / "spark-worker/netplan.yaml").read_text())["network"]["ethernets"]
+    assert worker == {
+        "enp1s0f0np0": {"dhcp4": False, "mtu": 9000, "addresses": ["192.0.2.2/24"]},
+        "enP2p1s0f0np0": {"dhcp4": False, "mtu": 9000, "addresses": ["198.51.100.11/24"]},
+    }
+    head = yaml.safe_load((tmp_path / "spark-head/netplan.yaml").read_text())["network"]["ethernets"]
+    assert set(head) == {"enp1s0f1np1", "enP2p1s0f1np1"}
+
+
+def test_without_a_twin_address_only_the_cabled_netdev_is_written(repo: Path, tmp_path: Path) -> None:
+    result = ansible(
+        repo,
+        "ansible-playbook",
+        "-i",
+        "inventory/example",
+        "tests/ansible/render.yml",
+        "-e",
+        f"render_dir={tmp_path}",
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    worker = yaml.safe_load((tmp_path / "spark-worker/netplan.yaml").read_text())["network"]["ethernets"]
+    assert list(worker) == ["enp1s0f0np0"]
+
+
+def test_the_settings_do_not_freeze_the_discovered_fabric_facts(repo: Path, tmp_path: Path) -> None:
+    found = json.dumps(
+        {"__sparkfold_fabric_found": {"netdev": NETDEV, "rdma_devices": ["rocep1s0f0"], "gid_index": 3}}
+    )
+    args = [
+        "-i",
+        "inventory/example",
+        "tests/ansible/render.yml",
+        "-e",
+        f"render_dir={tmp_path}",
+        "-e",
+        found,
+    ]
+    result = ansible(repo, "ansible-playbook", *args)
+    assert result.returncode == 0, result.stdout + result.stderr
+    toml = (tmp_path / "spark-head/sparkfold.toml").read_text()
+    for key in ("gid_index", "rdma_devices", "socket_ifname"):
+        assert not re.search(rf"^{key} =", toml, flags=re.M), toml
