@@ -397,7 +397,7 @@ class EngineSettings(_Section):
     tp: int = Field(
         1, ge=1, le=2, description="tensor-parallel ranks: 2 = one rank on each node (exllamav3: local GPUs)"
     )
-    host: str = Field("127.0.0.1", description="engine server bind address (rank 0); keep it on loopback")
+    host: str = Field("127.0.0.1", description="engine server bind address (rank 0): loopback only")
     port: int = Field(DEFAULT_ENGINE_PORT, ge=1, le=65535, description="engine server port (rank 0)")
     context: int = Field(1_048_576, ge=16, description="the window: prompt + reply tokens per request")
     max_tokens: int = Field(32_768, ge=1, description="reply budget when a request sets none")
@@ -409,6 +409,17 @@ class EngineSettings(_Section):
     exllamav3: Exllamav3Settings = Field(default_factory=Exllamav3Settings)
     tensorfold: TensorfoldSettings = Field(default_factory=TensorfoldSettings)
     media: MediaSettings = Field(default_factory=MediaSettings)
+
+    @model_validator(mode="after")
+    def _engine_stays_on_loopback(self) -> EngineSettings:
+        # the engine server has no API keys: anyone who reaches it can generate, bypassing the
+        # gateway's keys, limits and admission
+        if not is_loopback(self.host):
+            raise ValueError(
+                f"engine.host {self.host} is not loopback, and the engine server has no API keys; "
+                "bind it to 127.0.0.1 (the gateway, api.host, is the public side)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _reply_fits(self) -> EngineSettings:

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 __all__ = [
+    "IGNORED_SHOWN",
     "MAX_CHOICES",
     "MAX_CONTENT_PARTS",
     "MAX_MESSAGES",
@@ -56,6 +57,7 @@ __all__ = [
     "Tools",
     "Usage",
     "ignored_fields",
+    "ignored_summary",
     "iter_sse_data",
     "new_id",
     "sse_event",
@@ -118,6 +120,15 @@ class _Wire(BaseModel):
 def ignored_fields(request: BaseModel) -> list[str]:
     """Names of the fields a request carried that the model does not know."""
     return sorted((request.model_extra or {}).keys())
+
+
+IGNORED_SHOWN = 8
+"""Ignored field names a log line shows (with the count of all): 150,000 made one 2 MB line."""
+
+
+def ignored_summary(names: list[str]) -> dict[str, Any]:
+    """What a log line says about ignored fields: how many, and the first few names (each cut)."""
+    return {"count": len(names), "fields": [name[:64] for name in names[:IGNORED_SHOWN]]}
 
 
 def new_id(prefix: str = "chatcmpl") -> str:

@@ -80,6 +80,7 @@ class ScriptedEngine:
         self.default = default or Script()
         self.peer = peer
         self.healthy = True
+        self.health_calls = 0
         self.requests: list[dict[str, Any]] = []
         self.active = 0
         self.cancelled = 0
@@ -139,6 +140,7 @@ class ScriptedEngine:
                 self.requests.append({"path": path, **request})
                 self._cond.notify_all()
         if path == "/health":
+            self.health_calls += 1
             info = {"ok": self.healthy, "backend": "scripted", "requests_running": self.active}
             if self.peer is not None:
                 info["peer"] = self.peer

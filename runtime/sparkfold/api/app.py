@@ -17,7 +17,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sparkfold import __version__
-from sparkfold.api import routes
+from sparkfold.api import openapi, routes
 from sparkfold.api.anthropic import routes as anthropic_routes
 from sparkfold.api.anthropic.serving import MessagesServing
 from sparkfold.api.body_shape import BodyShape
@@ -52,7 +52,7 @@ GENERATING_PATHS = frozenset(
     {"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages", "/messages"}
 )
 # Routes answered without an API key.
-OPEN_PATHS = frozenset({"/health", "/v1/health", "/docs", "/docs/oauth2-redirect", "/openapi.json"})
+OPEN_PATHS = frozenset({"/health", "/v1/health", "/docs", "/openapi.json"})
 
 
 def build_stack(app: ASGIApp, gateway: Gateway, settings: Settings) -> ASGIApp:
@@ -87,7 +87,9 @@ def _install_error_handlers(app: FastAPI) -> None:
         else:
             error = ClientError(str(exc.detail))
             error.status = exc.status_code
-        return error_response(error, request.url.path)
+        response = error_response(error, request.url.path)
+        response.headers.update(exc.headers or {})  # 405's Allow
+        return response
 
     async def on_recursion(request: Request, exc: Exception) -> Response:
         return error_response(InvalidRequest("the JSON body nests too deeply"), request.url.path)
@@ -158,7 +160,10 @@ class App:
             version=__version__,
             description="OpenAI- and Anthropic-compatible API in front of one engine server",
             lifespan=lifespan,
+            docs_url=None,  # openapi.install serves /docs without a CDN script
+            redoc_url=None,
         )
+        openapi.install(self.fastapi, open_paths=OPEN_PATHS)
         self.fastapi.state.gateway = self.gateway
         _install_error_handlers(self.fastapi)
         routers = (routes.router, openai_routes.router, anthropic_routes.router, responses_routes.router)

@@ -3,10 +3,17 @@
 Health is ``ok`` when the engine answers ``ok`` and its peer rank (the ``peer`` block of the
 engine's ``/health``; absent on a single-rank engine) is not lost. Routes answer 503 otherwise,
 with the same body, so a load balancer and a human read the same facts.
+
+Without an accepted API key (where keys are in force) ``/health`` shows only ``ok``
+(:class:`OpenHealth`), from a report at most :data:`OPEN_CACHE_S` old: a load balancer learns what
+it needs, a stranger learns nothing about the engine, and a flood of probes costs the engine one
+call per :data:`OPEN_CACHE_S`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
@@ -18,9 +25,10 @@ from sparkfold.api.metrics import Metrics
 from sparkfold.api.upstream import Engine
 from sparkfold.protocol import EngineHealth, PeerState
 
-__all__ = ["GatewayHealth", "HealthServing"]
+__all__ = ["OPEN_CACHE_S", "GatewayHealth", "HealthServing", "OpenHealth"]
 
 PROBE_TIMEOUT_S = 3.0
+OPEN_CACHE_S = 1.0
 
 
 class LaneReport(BaseModel):
@@ -43,11 +51,27 @@ class GatewayHealth(BaseModel):
     queue: QueueReport
 
 
+class OpenHealth(BaseModel):
+    """``/health`` for a caller without an accepted key."""
+
+    ok: bool = Field(description="gateway up, engine ok, peer rank not lost")
+
+
 class HealthServing:
     def __init__(self, *, engine: Engine, lanes: Lanes, metrics: Metrics) -> None:
         self.engine = engine
         self.lanes = lanes
         self.metrics = metrics
+        self._open: tuple[float, OpenHealth] | None = None
+        self._refresh = asyncio.Lock()
+
+    async def open_health(self) -> OpenHealth:
+        """Only ``ok``, from a report at most :data:`OPEN_CACHE_S` old (one engine call per period)."""
+        async with self._refresh:
+            if self._open is None or time.monotonic() - self._open[0] >= OPEN_CACHE_S:
+                report = await self.health()
+                self._open = (time.monotonic(), OpenHealth(ok=report.ok))
+            return self._open[1]
 
     async def health(self) -> GatewayHealth:
         state = self.lanes.state

@@ -31,6 +31,7 @@ from sparkfold.protocol import (
     ErrorResponse,
     PeerState,
     ignored_fields,
+    ignored_summary,
 )
 
 if TYPE_CHECKING:
@@ -157,7 +158,7 @@ class EngineService:
             return ApiError(400, "logprobs is not supported by this engine; remove it", "logprobs")
         extra = ignored_fields(request)
         if extra:
-            log.info("ignored request fields: %s", ", ".join(extra))
+            log.info("ignored request fields", extra=ignored_summary(extra))
         return None
 
     def prepare_chat(self, request: ChatCompletionRequest) -> Prepared | ApiError:

@@ -17,6 +17,7 @@ to transformers.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -33,6 +34,7 @@ __all__ = [
     "OutputConstraint",
     "allocate_bitmask",
     "apply_bitmask",
+    "client_reason",
     "constraint_from_request",
 ]
 
@@ -182,6 +184,19 @@ class ConstrainedMatcher:
         self.active = self._trigger is None
 
 
+# xgrammar's messages start with a time and its C++ source location, and a binding error may name
+# an object's address: none of it helps a client, and it tells an attacker what runs here.
+_SOURCE_PREFIX = re.compile(r"^\s*(?:\[[\d:.]+\]\s*)?(?:\S+\.(?:cc|cpp|h|hpp|py):\d+:\s*)?")
+_ADDRESS = re.compile(r"\s*(?:at )?0x[0-9a-fA-F]+")
+
+
+def client_reason(exc: BaseException) -> str:
+    """The first line of ``exc``'s message without source paths or object addresses."""
+    lines = str(exc).strip().splitlines()
+    reason = _ADDRESS.sub("", _SOURCE_PREFIX.sub("", lines[0])).strip() if lines else ""
+    return reason or type(exc).__name__
+
+
 class GrammarCompiler:
     """Compiles constraints for one tokenizer (Hugging Face ``PreTrainedTokenizerBase``)."""
 
@@ -205,7 +220,7 @@ class GrammarCompiler:
                 return self._compiler.compile_regex(constraint.value)
             return self._compiler.compile_grammar(constraint.value)
         except (RuntimeError, ValueError, TypeError) as exc:
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            reason = client_reason(exc)
             raise GrammarError(
                 f"cannot compile this {constraint.kind}: {reason}", param=constraint.param
             ) from None

@@ -2,6 +2,8 @@
 
 An accepted key's digest becomes the request's tenant (``scope["state"]["tenant"]``): what a
 request stores (``/v1/responses``) belongs to it. Without keys everyone is the one tenant ``""``.
+``scope["state"]["trusted"]`` says a request may see the whole ``/health`` (an accepted key, or
+keys not in force).
 """
 
 from __future__ import annotations
@@ -35,19 +37,25 @@ class Auth:
         self.open_paths = frozenset(open_paths)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in self.open_paths:
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         if not self.required and len(self.keys) == 0:
+            scope.setdefault("state", {})["trusted"] = True
             await self.app(scope, receive, send)
             return
         key = presented_key(scope["headers"])
+        if scope["path"] in self.open_paths:  # answered anyway; a valid key sees more (/health)
+            if key is not None and self.keys.accepts(key):
+                scope.setdefault("state", {})["trusted"] = True
+            await self.app(scope, receive, send)
+            return
         if key is None:
             error = Unauthorized("no API key: send it as 'Authorization: Bearer KEY' or 'x-api-key: KEY'")
         elif not self.keys.accepts(key):
             error = Unauthorized("the API key is not accepted (check it against api.api_keys_file)")
         else:
-            scope.setdefault("state", {})["tenant"] = tenant_of(key)
+            scope.setdefault("state", {}).update(tenant=tenant_of(key), trusted=True)
             await self.app(scope, receive, send)
             return
         await error_response(error, scope["path"])(scope, receive, send)

@@ -30,7 +30,7 @@ from sparkfold.api.streaming import KEEPALIVE_COMMENT
 from sparkfold.api.tools import Toolbox
 from sparkfold.api.upstream import Engine
 from sparkfold.asgi import EventStream
-from sparkfold.protocol import SSE_DONE, ignored_fields, sse_event
+from sparkfold.protocol import SSE_DONE, ignored_fields, ignored_summary, sse_event
 
 __all__ = ["ChatServing", "CompletionServing", "PreparedChat", "UtilityServing", "log_ignored", "openai_sse"]
 
@@ -45,7 +45,7 @@ def log_ignored(request: BaseModel, call: CallContext, consumed: frozenset[str] 
     for i, message in enumerate(getattr(request, "messages", None) or []):
         names += [f"messages[{i}].{name}" for name in ignored_fields(message)]
     if names:
-        log.info("ignored request fields", extra={"request_id": call.request_id, "fields": names})
+        log.info("ignored request fields", extra={"request_id": call.request_id, **ignored_summary(names)})
 
 
 def _known_fields(request: BaseModel) -> dict[str, Any]:
