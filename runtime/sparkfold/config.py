@@ -223,6 +223,12 @@ class MediaSettings(_Section):
     )
     max_video_tokens: int = Field(16_384, ge=16, description="tokens one video may take")
     max_total_tokens: int = Field(65_536, ge=16, description="tokens all pictures of a request may take")
+    max_image_pixels: int = Field(50_000_000, ge=1, description="pixels of one image (from its header)")
+    max_total_pixels: int = Field(
+        100_000_000,
+        ge=1,
+        description="pixels of all images of a request, from their headers, before decoding",
+    )
     max_video_frames: int = Field(128, ge=1, description="frames sampled from one video")
     video_fps: float = Field(2.0, gt=0, description="frames per second sampled from a video")
 

@@ -54,6 +54,7 @@ class MediaLimits:
     max_image_bytes: int = 20 * MIB
     max_video_bytes: int = 64 * MIB
     max_image_pixels: int = 50_000_000
+    max_total_pixels: int = 100_000_000
     max_image_tokens: int = 2048
     max_video_tokens: int = 16_384
     max_total_tokens: int = 65_536
@@ -179,20 +180,64 @@ def _payload(part: MediaPart, limits: MediaLimits) -> bytes:
     )
 
 
-def _decode_image(part: MediaPart, data: bytes, limits: MediaLimits) -> Image.Image:
+PIXELS_PER_TOKEN = 28 * 28
+"""GLM-V's vision tower: 14-pixel patches merged 2 x 2 into one token."""
+KEEP_FACTOR = 4
+"""A decoded picture is kept at up to this many times the pixels of its token budget (the
+processor resizes it to the budget anyway); a larger one is shrunk at once, so only one picture
+at full size is ever held."""
+
+
+def _open_image(part: MediaPart, data: bytes, limits: MediaLimits) -> Image.Image:
+    """The picture, opened lazily: its size comes from the header, nothing is decoded yet."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             image = Image.open(io.BytesIO(data))
-            if image.width * image.height > limits.max_image_pixels:
-                raise MediaError(
-                    f"the image has {image.width}x{image.height} pixels, more than {limits.max_image_pixels}",
-                    part.param,
-                )
-            image.load()
-    except MediaError:
-        raise
     except (OSError, ValueError, Image.DecompressionBombWarning, Image.DecompressionBombError) as exc:
+        raise MediaError(f"cannot decode the image: {exc}", part.param) from None
+    if image.width * image.height > limits.max_image_pixels:
+        raise MediaError(
+            f"the image has {image.width}x{image.height} pixels, more than {limits.max_image_pixels}",
+            part.param,
+        )
+    return image
+
+
+def _budget_images(opened: Sequence[tuple[MediaPart, Image.Image]], limits: MediaLimits) -> None:
+    """Refuse, from the headers alone, pictures that together pass the pixel or token budget."""
+    pixels = sum(image.width * image.height for _, image in opened)
+    if pixels > limits.max_total_pixels:
+        raise MediaError(
+            f"the images have {pixels} pixels together, more than {limits.max_total_pixels} per request; "
+            "send fewer or smaller images",
+            opened[-1][0].param,
+        )
+    tokens = sum(
+        min(limits.max_image_tokens, -(-image.width * image.height // PIXELS_PER_TOKEN))
+        for _, image in opened
+    )
+    if tokens > limits.max_total_tokens:
+        raise MediaError(
+            f"the images take about {tokens} tokens, more than {limits.max_total_tokens} per request; "
+            "send fewer or smaller pictures",
+            opened[-1][0].param,
+        )
+
+
+def _decode_image(part: MediaPart, image: Image.Image, limits: MediaLimits) -> Image.Image:
+    keep = KEEP_FACTOR * limits.max_image_tokens * PIXELS_PER_TOKEN
+    try:
+        if image.width * image.height > keep:
+            scale = (keep / (image.width * image.height)) ** 0.5
+            size = (max(1, int(image.width * scale)), max(1, int(image.height * scale)))
+            image.draft("RGB", size)  # JPEG decodes at a fraction of its size; a no-op otherwise
+            image.load()
+            image = image.convert("RGB")
+            image.thumbnail(size)
+            return image
+        image.load()
+    except (OSError, ValueError, Image.DecompressionBombError) as exc:
         raise MediaError(f"cannot decode the image: {exc}", part.param) from None
     return image.convert("RGB")
 
@@ -238,13 +283,13 @@ def load_media(parts: Sequence[MediaPart], limits: MediaLimits | None = None) ->
         raise MediaError(f"{len(images)} images, at most {limits.max_images} per request", images[-1].param)
     if len(videos) > limits.max_videos:
         raise MediaError(f"{len(videos)} videos, at most {limits.max_videos} per request", videos[-1].param)
+    opened = [(part, _open_image(part, _payload(part, limits), limits)) for part in images]
+    _budget_images(opened, limits)  # before anything is decoded
     media = DecodedMedia()
-    for part in parts:
-        data = _payload(part, limits)
-        if part.kind == "image":
-            media.images.append(_decode_image(part, data, limits))
-        else:
-            media.videos.append(_decode_video(part, data, limits))
+    for part, image in opened:
+        media.images.append(_decode_image(part, image, limits))
+    for part in videos:
+        media.videos.append(_decode_video(part, _payload(part, limits), limits))
     return media
 
 

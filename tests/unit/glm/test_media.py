@@ -162,3 +162,49 @@ def test_limits_come_from_the_engine_settings() -> None:
     limits = MediaLimits.from_settings(MediaSettings(max_image_mib=1.5, remote_urls=True, max_images=2))
     assert (limits.max_image_bytes, limits.remote_urls, limits.max_images) == (1572864, True, 2)
     assert limits.max_video_bytes == 64 * 1024 * 1024
+
+
+def _count_decodes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    decoded: list[int] = []
+    load = Image.Image.load
+
+    def counting(self: Image.Image) -> Any:
+        decoded.append(self.width * self.height)
+        return load(self)
+
+    monkeypatch.setattr(Image.Image, "load", counting)
+    monkeypatch.setattr("PIL.ImageFile.ImageFile.load", counting)
+    return decoded
+
+
+def _request(*urls: str) -> list[Any]:
+    parts = [{"type": "image_url", "image_url": {"url": url}} for url in urls]
+    return collect_media([{"role": "user", "content": parts}])
+
+
+def test_pictures_past_the_pixel_budget_are_refused_from_their_headers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    request = _request(*[png(300, 300)] * 3)
+    decoded = _count_decodes(monkeypatch)
+    with pytest.raises(MediaError, match="pixels together"):
+        load_media(request, MediaLimits(max_total_pixels=200_000))
+    assert decoded == []  # nothing was decoded
+
+
+def test_pictures_past_the_token_budget_are_refused_from_their_headers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    request = _request(png(280, 280), png(280, 280))
+    decoded = _count_decodes(monkeypatch)
+    with pytest.raises(MediaError, match="about 200 tokens"):
+        load_media(request, MediaLimits(max_total_tokens=150))
+    assert decoded == []
+
+
+def test_a_large_picture_is_kept_near_its_token_budget() -> None:
+    media = load_media(_request(png(3000, 2000)), MediaLimits(max_image_tokens=64))
+    [image] = media.images
+    assert image.width * image.height <= 4 * 64 * 28 * 28 and image.width / image.height == pytest.approx(
+        1.5, 0.02
+    )
