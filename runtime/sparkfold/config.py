@@ -411,6 +411,11 @@ class EngineSettings(_Section):
     thinking: bool = Field(True, description="thinking on by default")
     seed: int = Field(0, ge=0, description="base seed for sampled requests without a seed")
     drain_s: float = Field(30.0, ge=0, description="on SIGTERM, wait this long for in-flight requests")
+    stall_s: float = Field(
+        300.0,
+        gt=0,
+        description="work pending this long with no engine step completed: unhealthy (watchdog stops)",
+    )
     transformers: TransformersSettings = Field(default_factory=TransformersSettings)
     exllamav3: Exllamav3Settings = Field(default_factory=Exllamav3Settings)
     tensorfold: TensorfoldSettings = Field(default_factory=TensorfoldSettings)
@@ -465,7 +470,14 @@ class ApiSettings(_Section):
     max_queued: int = Field(
         16, ge=0, le=10_000, description="requests waiting for a lane; past that, 429; unset = 4 x lanes"
     )
-    keepalive_s: float = Field(15.0, gt=0, description="SSE keepalive comment after this much silence")
+    keepalive_s: float = Field(
+        15.0, gt=0, description="SSE keepalive comment to a client that has received nothing this long"
+    )
+    send_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="a client that has not taken one write this long stopped reading: end its stream",
+    )
     api_keys_file: Path | None = Field(None, description="API keys, one per line (plain or sha256:HEX)")
     require_keys: bool | None = Field(None, description="default: required unless host is loopback")
     max_body_mib: float = Field(96, gt=0, description="largest request body")
@@ -473,7 +485,14 @@ class ApiSettings(_Section):
     max_image_mib: float = Field(20, gt=0, description="bytes of one decoded image")
     max_videos: int = Field(1, ge=0, description="videos per request")
     max_video_mib: float = Field(64, gt=0, description="bytes of one decoded video")
-    upstream_timeout_s: float = Field(600.0, gt=0, description="longest silence tolerated from the engine")
+    first_token_timeout_s: float = Field(
+        1800.0,
+        gt=0,
+        description="longest wait for the first token (a 1,048,576-token prefill at ~700 tok/s: ~1500 s)",
+    )
+    upstream_timeout_s: float = Field(
+        600.0, gt=0, description="longest silence tolerated from the engine after the first token"
+    )
     max_stored_responses: int = Field(
         1024, ge=1, le=1_000_000, description="finished /v1/responses kept in memory for GET and continuation"
     )
@@ -548,6 +567,12 @@ class Settings(_Section):
             for key in ("address", "peer"):
                 if getattr(self.fabric, key) is None:
                     raise ValueError(f"fabric.{key} is required when engine.tp > 1")
+        if self.node.rank == 0 and self.api.parallel > self.engine.parallel:  # the head runs the gateway
+            raise ValueError(
+                f"api.parallel ({self.api.parallel}) must not exceed engine.parallel "
+                f"({self.engine.parallel}): the gateway's lanes are the engine's; "
+                "lower api.parallel or raise engine.parallel"
+            )
         return self
 
     @property

@@ -8,10 +8,9 @@ them silently. Response models are what an engine server sends and the gateway r
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
@@ -25,7 +24,6 @@ __all__ = [
     "MAX_TOOLS",
     "SEED_MAX",
     "SEED_MIN",
-    "SSE_DONE",
     "ChatCompletion",
     "ChatCompletionChunk",
     "ChatCompletionRequest",
@@ -49,7 +47,6 @@ __all__ = [
     "PeerState",
     "Seed",
     "Stop",
-    "TextEvents",
     "TokenizeRequest",
     "TokenizeResponse",
     "ToolCall",
@@ -58,12 +55,8 @@ __all__ = [
     "Usage",
     "ignored_fields",
     "ignored_summary",
-    "iter_sse_data",
     "new_id",
-    "sse_event",
 ]
-
-SSE_DONE = b"data: [DONE]\n\n"
 
 FinishReason = Literal["stop", "length", "tool_calls", "content_filter", "error", "abort"]
 
@@ -361,6 +354,9 @@ class EngineHealth(_Wire):
     peer: PeerState | None = None
     pool: dict[str, int] | None = None
     """Engines with a shared KV pool: pool, free and kept (reusable) tokens, lanes (exllamav3)."""
+    stalled_s: float | None = Field(
+        None, description="seconds work has waited without an engine step completing (0: progressing)"
+    )
 
 
 # --- completions, tokenizer, models (engine servers; vLLM field names) --------------------------
@@ -423,45 +419,6 @@ class ModelCard(_Wire):
 class ModelList(_Wire):
     object: Literal["list"] = "list"
     data: list[ModelCard]
-
-
-# --- server-sent events -----------------------------------------------------------------------
-
-
-def sse_event(payload: BaseModel | dict[str, Any]) -> bytes:
-    """One ``data:`` event."""
-    if isinstance(payload, BaseModel):
-        body = payload.model_dump_json(exclude_none=True)
-    else:
-        body = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
-    return f"data: {body}\n\n".encode()
-
-
-class TextEvents:
-    """One stream's events that differ only in one string field (a token's text), made fast.
-
-    ``TextEvents(model, marker)`` dumps ``model`` once (its string field set to ``marker``) and
-    splits the event around it; each event is then that head, the text as a JSON string, and
-    the tail: one ``json.dumps`` instead of building and dumping a model per token.
-    """
-
-    MARKER = "\x00sparkfold-text\x00"
-
-    def __init__(self, model: BaseModel, marker: str = MARKER) -> None:
-        parts = sse_event(model).split(json.dumps(marker).encode())
-        if len(parts) != 2:
-            raise ValueError("the marker must occur exactly once in the model's JSON")
-        self._head, self._tail = parts
-
-    def __call__(self, text: str) -> bytes:
-        return self._head + json.dumps(text, ensure_ascii=False).encode() + self._tail
-
-
-async def iter_sse_data(lines: AsyncIterator[str]) -> AsyncIterator[str]:
-    """The ``data:`` payloads of an SSE stream, comments skipped; ``[DONE]`` is yielded as is."""
-    async for line in lines:
-        if line.startswith("data:"):
-            yield line[5:].strip()
 
 
 def joined(parts: Iterable[str | None]) -> str:

@@ -12,8 +12,15 @@ __all__ = ["RawClient"]
 
 class RawClient:
     def __init__(
-        self, port: int, path: str, body: dict[str, Any], headers: dict[str, str] | None = None
+        self,
+        port: int,
+        path: str,
+        body: dict[str, Any],
+        headers: dict[str, str] | None = None,
+        *,
+        receive_buffer: int | None = None,
     ) -> None:
+        """``receive_buffer``: a small socket receive buffer, for a client that stops reading."""
         payload = json.dumps(body).encode()
         lines = [
             f"POST {path} HTTP/1.1",
@@ -22,7 +29,11 @@ class RawClient:
             f"content-length: {len(payload)}",
         ]
         lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if receive_buffer is not None:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+        self.sock.settimeout(10)
+        self.sock.connect(("127.0.0.1", port))
         self.sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + payload)
         self.received = b""
 

@@ -49,7 +49,11 @@ class Script:
     gate: threading.Event | None = None  # before the first token, wait until it is set (30 s at most)
     drop_after: int | None = None  # after this many tokens, close the stream without [DONE]
     status: int = 200  # != 200: refuse with this status before streaming
+    code: str | None = None  # the refusal's error code ("capacity": the engine has no free lane)
     prompt_tokens: int = 7
+    heartbeat_s: float = 0.0  # while stalled, send ": keepalive" comments this often
+    tool_pieces: int = 2  # each tool call's arguments arrive in this many deltas
+    stall_before_finish: bool = False  # after the tool calls, send nothing more (until cancelled)
 
     def tokens(self) -> list[tuple[str, str]]:
         return [("reasoning_content", t) for t in self.reasoning] + [("content", t) for t in self.content]
@@ -81,6 +85,7 @@ class ScriptedEngine:
         self.peer = peer
         self.healthy = True
         self.health_calls = 0
+        self.streams = 64  # lanes it reports in /health
         self.requests: list[dict[str, Any]] = []
         self.active = 0
         self.cancelled = 0
@@ -141,7 +146,12 @@ class ScriptedEngine:
                 self._cond.notify_all()
         if path == "/health":
             self.health_calls += 1
-            info = {"ok": self.healthy, "backend": "scripted", "requests_running": self.active}
+            info = {
+                "ok": self.healthy,
+                "backend": "scripted",
+                "requests_running": self.active,
+                "streams": self.streams,
+            }
             if self.peer is not None:
                 info["peer"] = self.peer
             await _json(send, info)
@@ -165,16 +175,27 @@ class ScriptedEngine:
                         "message": f"scripted refusal {script.status}",
                         "type": "invalid_request_error",
                         "param": "messages",
-                        "code": None,
+                        "code": script.code,
                     }
                 }
                 await _json(send, error, status=script.status)
             elif request.get("stream"):
                 await self._stream(script, receive, send)
+            elif script.stall_after is not None:  # a non-streamed reply that never comes
+                await self._hold(receive)
             else:
                 await self._complete(script, send)
         else:
             await _json(send, {"error": {"message": "not found", "type": "not_found"}}, status=404)
+
+    async def _hold(self, receive: Any) -> None:
+        """Answer nothing until the client leaves (counted as active, then cancelled)."""
+        self._bump("active")
+        try:
+            await _disconnected(receive)
+            self._bump("cancelled")
+        finally:
+            self._bump("active", -1)
 
     async def _complete(self, script: Script, send: Any) -> None:
         tokens = script.tokens()
@@ -250,7 +271,7 @@ class ScriptedEngine:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
                 return
             if script.stall_after == n:
-                await asyncio.Event().wait()
+                await _stall(script, out)
             if script.drop_after == n:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
                 return
@@ -258,16 +279,22 @@ class ScriptedEngine:
                 deadline += script.pace_s
                 await asyncio.sleep(max(0.0, deadline - time.perf_counter()))
             await out(_chunk({kind: token}))
+        if script.stall_after == len(script.tokens()):
+            await _stall(script, out)
         for i, (name, arguments) in enumerate(script.tool_calls):
-            half = len(arguments) // 2
+            size = -(-len(arguments) // script.tool_pieces) or 1
+            pieces = [arguments[at : at + size] for at in range(0, len(arguments), size)] or [""]
             first = {
                 "index": i,
                 "id": f"call_{i}",
                 "type": "function",
-                "function": {"name": name, "arguments": arguments[:half]},
+                "function": {"name": name, "arguments": pieces[0]},
             }
             await out(_chunk({"tool_calls": [first]}))
-            await out(_chunk({"tool_calls": [{"index": i, "function": {"arguments": arguments[half:]}}]}))
+            for piece in pieces[1:]:
+                await out(_chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]}))
+        if script.stall_before_finish:
+            await _stall(script, out)
         extra: dict[str, Any] = {"usage": _usage(script, len(script.tokens()))}
         final = _chunk({}, finish=script.finish(), **extra)
         if script.stop_reason:
@@ -287,6 +314,15 @@ def _usage(script: Script, completion: int) -> dict[str, Any]:
         "total_tokens": script.prompt_tokens + completion,
         "completion_tokens_details": {"reasoning_tokens": len(script.reasoning)},
     }
+
+
+async def _stall(script: Script, out: Callable[[bytes], Any]) -> None:
+    """Send nothing more (but heartbeats, when asked for) until the stream is cancelled."""
+    if not script.heartbeat_s:
+        await asyncio.Event().wait()
+    while True:
+        await asyncio.sleep(script.heartbeat_s)
+        await out(b": keepalive\n\n")
 
 
 async def _disconnected(receive: Any) -> None:

@@ -43,6 +43,7 @@ from sparkfold.api.responses.serving import ResponsesServing
 from sparkfold.api.responses.store import ResponseStore
 from sparkfold.api.state import Gateway
 from sparkfold.api.upstream import Connect, Engine
+from sparkfold.asgi import PACING_KEY, Pacing
 from sparkfold.config import Settings
 
 __all__ = ["GENERATING_PATHS", "OPEN_PATHS", "App", "build_stack", "create_app"]
@@ -115,6 +116,7 @@ class App:
         engine = Engine(
             settings.engine_url,
             timeout_s=api.upstream_timeout_s,
+            first_token_timeout_s=api.first_token_timeout_s,
             connect=connect,
             concurrency=api.parallel + 4,  # the lanes, plus health, metrics and tokenizer calls
         )
@@ -173,8 +175,11 @@ class App:
             self.fastapi, routes=[route for r in routers for route in r.routes], paths=GENERATING_PATHS
         )
         self._stack = build_stack(direct, self.gateway, settings)
+        self._pacing = Pacing(keepalive_s=api.keepalive_s, send_timeout_s=api.send_timeout_s)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":  # every stream keeps its client alive and drops a stopped reader
+            scope.setdefault("state", {})[PACING_KEY] = self._pacing
         await self._stack(scope, receive, send)
 
 

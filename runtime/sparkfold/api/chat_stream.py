@@ -9,10 +9,13 @@ per network read (so a busy stream costs one hop per read, not per token):
 ``None``  nothing arrived for ``keepalive_s``: send a keepalive
 ``DONE``  always last
 
-Tool-call deltas are held until the call is complete (the next call starts or the reply
-finishes), then sent whole, typed by the offered schema; a call to a tool that was not offered
-becomes content text. An upstream failure after the stream opened becomes one error event, and
-the stream still ends with ``DONE``.
+Tool calls stream: a call's first delta goes out as soon as its name is known to be offered (id,
+name and the arguments so far), then each piece of its arguments as it arrives, so a client sees
+a long call being written instead of seconds of nothing. A call to a tool that was not offered
+is held and becomes content text when the reply finishes (tool-call hygiene: the gateway's job,
+:mod:`sparkfold.api.tools`, whatever the engine). Calls are renumbered from 0 in the order they
+were announced. An upstream failure after the stream opened becomes one error event, and the
+stream still ends with ``DONE``.
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ DRAIN_S = 0.5  # the longest wait for the engine to end its body after [DONE]
 
 # A payload where none of these keys has a non-null value is a plain delta, passed through untouched.
 _NEEDS_PARSING = re.compile(rb'"(?:reasoning_content|tool_calls|usage|finish_reason|error)"\s*:\s*+(?!null)')
+# A plain delta that carries text (a role chunk does not): the first one is the first token.
+_HAS_TEXT = re.compile(rb'"(?:content|text)"\s*:\s*"(?!")')
 
 
 async def each_event(batches: AsyncIterable[list[ChatEvent]]) -> AsyncIterator[ChatEvent]:
@@ -85,12 +90,14 @@ def as_chunk(event: bytes | dict[str, Any]) -> dict[str, Any]:
 
 
 class _PendingCall:
-    __slots__ = ("arguments", "id", "name")
+    __slots__ = ("arguments", "id", "index", "name")
 
     def __init__(self) -> None:
         self.id: str | None = None
         self.name: str | None = None
         self.arguments = ""
+        self.index: int | None = None
+        """Its index in our stream once announced (an offered call); ``None`` while held."""
 
 
 class ChatStream:
@@ -136,7 +143,8 @@ class ChatStream:
                         done = True
                         break
                     if _NEEDS_PARSING.search(payload) is None:
-                        self._token_seen()
+                        if self._first and _HAS_TEXT.search(payload) is not None:
+                            self._token_seen()
                         batch.append(payload)
                     else:
                         batch += self._rewrite(payload)
@@ -169,6 +177,7 @@ class ChatStream:
     def _token_seen(self) -> None:
         if self._first:
             self._first = False
+            self._upstream.first_token()
             self._on_first_token()
 
     def _rewrite(self, payload: bytes) -> list[ChatEvent]:
@@ -207,7 +216,7 @@ class ChatStream:
         if calls:
             out += self._collect(chunk, calls)
         if choice.get("finish_reason"):
-            out += self._flush(chunk, upto=None)
+            out += self._flush(chunk)
             if choice["finish_reason"] == "tool_calls" and self._calls_sent == 0:
                 choice["finish_reason"] = "stop"
                 changed = True
@@ -221,35 +230,43 @@ class ChatStream:
             if not isinstance(item, dict):
                 continue
             index = item.get("index", 0) if isinstance(item.get("index"), int) else 0
-            if index not in self._pending:
-                out += self._flush(chunk, upto=index)  # a new call starts: the earlier ones are whole
-                self._pending[index] = _PendingCall()
-            call = self._pending[index]
+            call = self._pending.setdefault(index, _PendingCall())
             call.id = item.get("id") or call.id
             function: dict[str, Any] = item["function"] if isinstance(item.get("function"), dict) else {}
             call.name = function.get("name") or call.name
-            if isinstance(function.get("arguments"), str):
-                call.arguments += function["arguments"]
+            piece = function["arguments"] if isinstance(function.get("arguments"), str) else ""
+            if call.index is not None:  # announced: its arguments stream as they come
+                if piece:
+                    more = {"index": call.index, "function": {"arguments": piece}}
+                    out.append(self._tool_delta(chunk, more))
+                continue
+            call.arguments += piece
+            if call.name is not None and self._toolbox.offers(call.name):
+                call.index = self._calls_sent
+                self._calls_sent += 1
+                first = {
+                    "index": call.index,
+                    "id": call.id or f"call_{call.index}",
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments},
+                }
+                out.append(self._tool_delta(chunk, first))
         return out
 
-    def _flush(self, chunk: dict[str, Any], upto: int | None) -> list[ChatEvent]:
-        ready = sorted(i for i in self._pending if upto is None or i < upto)
+    def _tool_delta(self, chunk: dict[str, Any], call: dict[str, Any]) -> dict[str, Any]:
+        return {**self._skeleton(chunk), "choices": [{"index": 0, "delta": {"tool_calls": [call]}}]}
+
+    @staticmethod
+    def _skeleton(chunk: dict[str, Any]) -> dict[str, Any]:
+        return {key: chunk[key] for key in ("id", "object", "created", "model") if key in chunk}
+
+    def _flush(self, chunk: dict[str, Any]) -> list[ChatEvent]:
+        """The reply finished: the held calls (not offered, or never named) become content text."""
         out: list[ChatEvent] = []
-        for index in ready:
+        for index in sorted(self._pending):
             call = self._pending.pop(index)
-            raw: dict[str, Any] = {
-                "id": call.id or f"call_{index}",
-                "function": {"name": call.name, "arguments": call.arguments},
-            }
-            kept, text = self._toolbox.clean_calls([raw])
-            skeleton: dict[str, Any] = {
-                key: chunk[key] for key in ("id", "object", "created", "model") if key in chunk
-            }
-            if kept:
-                tool_delta = {"index": self._calls_sent, **kept[0]}
-                self._calls_sent += 1
-                delta: dict[str, Any] = {"tool_calls": [tool_delta]}
-            else:
-                delta = {"content": text}
-            out.append({**skeleton, "choices": [{"index": 0, "delta": delta}]})
+            if call.index is not None:
+                continue
+            text = self._toolbox.as_text(call.name, call.arguments or "{}")
+            out.append({**self._skeleton(chunk), "choices": [{"index": 0, "delta": {"content": text}}]})
         return out

@@ -13,11 +13,12 @@ from sparkfold.api.errors import ApiError
 __all__ = ["Admit", "CallContext"]
 
 # Take a lane for the call (see sparkfold.api.middleware.admission): None once it has one, the
-# error to answer with when there is none. Serving calls it after its checks, before the engine.
-Admit = Callable[[], Awaitable[ApiError | None]]
+# error to answer with when there is none. Serving calls it after its checks, before the engine;
+# the argument is the queue priority (0 normal, 1 background: behind every normal request).
+Admit = Callable[[int], Awaitable[ApiError | None]]
 
 
-async def _no_admission() -> None:
+async def _no_admission(priority: int = 0) -> None:
     return None
 
 

@@ -11,6 +11,7 @@ Hierarchy (catch at the level you mean)::
     │   └── Overloaded             429 every lane busy and the queue full (carries Retry-After)
     └── UpstreamError              502 the engine answered with something unusable
         ├── UpstreamUnavailable    503 the engine cannot be reached
+        │   └── EngineAtCapacity   503 the engine refused a request for want of a lane (retried first)
         └── UpstreamTimeout        504 the engine stayed silent past api.upstream_timeout_s
 
 A serving function *returns* a client error as a value; routes and middleware turn it into a
@@ -32,6 +33,7 @@ __all__ = [
     "RETRY_AFTER_S",
     "ApiError",
     "ClientError",
+    "EngineAtCapacity",
     "InvalidRequest",
     "LimitExceeded",
     "NotFound",
@@ -130,6 +132,10 @@ class UpstreamError(ApiError):
 class UpstreamUnavailable(UpstreamError):
     status = 503
     type = "upstream_unavailable"
+
+
+class EngineAtCapacity(UpstreamUnavailable):
+    """The engine refused for want of a lane (code ``capacity``): the gateway asks again first."""
 
 
 class UpstreamTimeout(UpstreamError):

@@ -8,6 +8,10 @@ Without an accepted API key (where keys are in force) ``/health`` shows only ``o
 (:class:`OpenHealth`), from a report at most :data:`OPEN_CACHE_S` old: a load balancer learns what
 it needs, a stranger learns nothing about the engine, and a flood of probes costs the engine one
 call per :data:`OPEN_CACHE_S`.
+
+``lanes`` are the engine's real lanes: ``total`` is what the gateway may use of them (its
+``api.parallel``, never more than the engine's ``streams``), ``busy`` the requests it admitted;
+``engine_total`` and ``engine_busy`` are the engine's own counts.
 """
 
 from __future__ import annotations
@@ -32,9 +36,11 @@ OPEN_CACHE_S = 1.0
 
 
 class LaneReport(BaseModel):
-    total: int
-    busy: int
+    total: int = Field(description="lanes usable now: api.parallel, at most the engine's streams")
+    busy: int = Field(description="requests the gateway admitted to the engine")
     free: int
+    engine_total: int | None = Field(None, description="the engine's streams (its parallel); null if unknown")
+    engine_busy: int | None = Field(None, description="requests the engine runs now; null if unknown")
 
 
 class QueueReport(BaseModel):
@@ -76,6 +82,7 @@ class HealthServing:
     async def health(self) -> GatewayHealth:
         state = self.lanes.state
         peer: PeerState | None = None
+        known: EngineHealth | None = None
         try:
             raw = await self.engine.get_json("/health", timeout_s=PROBE_TIMEOUT_S)
             engine = EngineHealth.model_validate(raw)
@@ -85,6 +92,7 @@ class HealthServing:
                 **engine.model_dump(exclude={"peer"}),
             }
             engine_ok = engine.ok
+            known = engine
         except (ApiError, ValidationError) as exc:
             message = exc.message if isinstance(exc, ApiError) else "the engine's /health is malformed"
             engine_report = {"url": self.engine.base_url, "ok": False, "error": message}
@@ -95,7 +103,7 @@ class HealthServing:
             gateway={"ok": True, "version": __version__},
             engine=engine_report,
             peer=peer,
-            lanes=LaneReport(total=state.total, busy=state.busy, free=state.free),
+            lanes=_lanes(state.total, state.busy, known),
             queue=QueueReport(length=state.queued, max=state.max_queued),
         )
 
@@ -105,3 +113,16 @@ class HealthServing:
         except ApiError:
             engine_text = None
         return self.metrics.render(engine_text)
+
+
+def _lanes(total: int, busy: int, engine: EngineHealth | None) -> LaneReport:
+    if engine is None:
+        return LaneReport(total=total, busy=busy, free=max(total - busy, 0))
+    usable = min(total, engine.streams)
+    return LaneReport(
+        total=usable,
+        busy=busy,
+        free=max(usable - busy, 0),
+        engine_total=engine.streams,
+        engine_busy=engine.requests_running,
+    )

@@ -1,9 +1,10 @@
 """Request limits the gateway enforces before anything reaches the engine.
 
 Each check returns a :class:`~sparkfold.api.errors.ClientError` naming the field, the limit and
-the setting that holds it, or ``None``. Media are counted in chat content parts
-(``image_url`` / ``video_url``; the Anthropic and Responses translations produce the same parts);
-a ``data:`` URL's size is its decoded size.
+the setting that holds it, or ``None``. Media are counted in chat content parts of every type
+the engine reads as a picture or a video (``sparkfold.glm.messages.IMAGE_PART_TYPES`` and
+``VIDEO_PART_TYPES``: one list for both sides, so no spelling slips past the limits); a ``data:``
+URL's size is its decoded size.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 from sparkfold.api.errors import ClientError, InvalidRequest, LimitExceeded
 from sparkfold.config import ApiSettings
+from sparkfold.glm.messages import IMAGE_PART_TYPES, VIDEO_PART_TYPES
 
 __all__ = ["MediaLimits", "check_media", "check_sampling"]
 
@@ -71,19 +73,20 @@ def _part_url(part: dict[str, Any], key: str) -> str:
 
 def check_media(messages: Sequence[Any], limits: MediaLimits) -> ClientError | None:
     """Count and size the images and videos of chat ``messages`` (objects with ``content``)."""
-    counts = {"image_url": 0, "video_url": 0}
+    counts = {"image": 0, "video": 0}
     for i, message in enumerate(messages):
         content = getattr(message, "content", None)
         if not isinstance(content, list):
             continue
         for j, part in enumerate(content):
-            if not isinstance(part, dict) or part.get("type") not in counts:
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind not in IMAGE_PART_TYPES and kind not in VIDEO_PART_TYPES:
                 continue
-            kind = part["type"]
-            counts[kind] += 1
+            media = "image" if kind in IMAGE_PART_TYPES else "video"
+            counts[media] += 1
             where = f"messages[{i}].content[{j}].{kind}"
-            size = _data_url_bytes(_part_url(part, kind))
-            if kind == "image_url":
+            size = _data_url_bytes(_part_url(part, kind) or _part_url(part, f"{media}_url"))
+            if media == "image":
                 count_limit, size_limit, count_key, size_key = (
                     limits.max_images,
                     limits.max_image_bytes,
@@ -99,10 +102,10 @@ def check_media(messages: Sequence[Any], limits: MediaLimits) -> ClientError | N
                     "api.max_video_mib",
                 )
                 noun = "videos"
-            if counts[kind] > count_limit:
+            if counts[media] > count_limit:
                 return LimitExceeded(
                     f"too many {noun}: at most {count_limit} per request ({count_key}); "
-                    f"{where} is number {counts[kind]}",
+                    f"{where} is number {counts[media]}",
                     param=where,
                 )
             if size is not None and size > size_limit:

@@ -2,35 +2,20 @@
 
 :func:`upstream_events` turns the engine's SSE bytes into batches of payloads (one batch per
 network read), inserting ``None`` after every ``keepalive_s`` of silence (routes turn it into
-``: keepalive`` or an Anthropic ``ping``). Sending ours is :class:`sparkfold.asgi.SSEResponse`.
+``: keepalive`` or an Anthropic ``ping``). Encoding events is :mod:`sparkfold.sse`; sending
+them is :class:`sparkfold.asgi.SSEResponse`.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-__all__ = ["KEEPALIVE_COMMENT", "Read", "split_events", "upstream_events"]
+from sparkfold.sse import split_events
+
+__all__ = ["Read", "upstream_events"]
 
 
 Read = Callable[[float], Awaitable[bytes | None]]
-
-KEEPALIVE_COMMENT = b": keepalive\n\n"
-
-
-def split_events(buffer: bytes) -> tuple[list[bytes], bytes]:
-    """The ``data`` payloads of the complete SSE events in ``buffer``, and the incomplete rest."""
-    if b"\r" in buffer:
-        buffer = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-    *blocks, rest = buffer.split(b"\n\n")
-    payloads = []
-    for block in blocks:
-        if block.startswith(b"data:") and b"\n" not in block:  # the usual one-line event
-            payloads.append(block[5:].strip())
-            continue
-        data = [line[5:].strip() for line in block.split(b"\n") if line.startswith(b"data:")]
-        if data:  # comments (": keepalive") and other fields carry no payload
-            payloads.append(b"\n".join(data))
-    return payloads, rest
 
 
 async def upstream_events(read: Read, keepalive_s: float) -> AsyncIterator[list[bytes] | None]:

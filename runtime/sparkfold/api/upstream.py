@@ -14,6 +14,12 @@ plain JSON error; the caller must :meth:`EngineStream.aclose` it. Closing a stre
 ended closes its connection: that is how the engine learns the client left and frees its lane.
 A finished response's connection goes back to the pool.
 
+Two deadlines: until the first token the engine may be silent for ``first_token_timeout_s`` (a
+long prompt is being read: a 1,048,576-token prefill at ~700 tok/s takes ~1500 s); once the
+reader says the first token came (:meth:`EngineStream.first_token`), for ``timeout_s``. Any byte
+counts as life, the engine server's ``: keepalive`` heartbeats included. A non-streamed
+generation gets both (:attr:`Engine.reply_timeout_s`).
+
 ``connect`` is the seam tests (or another transport) use: it is called like
 ``loop.create_connection`` without the address, and by default dials the engine's host and port.
 """
@@ -31,6 +37,7 @@ import httptools
 from sparkfold.api.errors import (
     ApiError,
     ClientError,
+    EngineAtCapacity,
     InvalidRequest,
     Overloaded,
     UpstreamError,
@@ -181,11 +188,18 @@ def _expire(waiter: asyncio.Future[None]) -> None:
 class EngineStream:
     """An open streamed response from the engine."""
 
-    def __init__(self, engine: Engine, connection: _Connection, timeout_s: float) -> None:
+    def __init__(
+        self, engine: Engine, connection: _Connection, timeout_s: float, first_token_timeout_s: float
+    ) -> None:
         self._engine = engine
         self._connection: _Connection | None = connection
-        self._timeout_s = timeout_s
+        self._timeout_s = first_token_timeout_s
+        self._after_first_s = timeout_s
         self._silent_since = asyncio.get_running_loop().time()
+
+    def first_token(self) -> None:
+        """The first token came: from now on the engine may be silent for ``timeout_s`` only."""
+        self._timeout_s = self._after_first_s
 
     async def read(self, wait_s: float) -> bytes | None:
         """The next bytes of the body (``b""`` once it ended), or ``None`` after ``wait_s`` of
@@ -251,6 +265,7 @@ class Engine:
         base_url: str,
         *,
         timeout_s: float,
+        first_token_timeout_s: float | None = None,
         connect: Connect | None = None,
         concurrency: int = DEFAULT_IDLE_CONNECTIONS,
     ) -> None:
@@ -262,6 +277,7 @@ class Engine:
         self._prefix = url.path.rstrip("/")
         self._host_header = url.netloc.encode("latin-1")
         self._timeout_s = timeout_s
+        self._first_token_timeout_s = timeout_s if first_token_timeout_s is None else first_token_timeout_s
         self._connect = connect
         self._max_idle = max(1, concurrency)
         self._idle: list[_Connection] = []
@@ -284,20 +300,27 @@ class Engine:
             raise UpstreamError(f"the engine answered {path} with HTTP {status}")
         return body.decode("utf-8", "replace")
 
-    async def post_json(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        status, content = await self._call(b"POST", path, _json(body), None)
+    @property
+    def reply_timeout_s(self) -> float:
+        """The longest a non-streamed generation may stay silent: first token, then the rest."""
+        return self._first_token_timeout_s + self._timeout_s
+
+    async def post_json(
+        self, path: str, body: dict[str, Any], *, timeout_s: float | None = None
+    ) -> dict[str, Any]:
+        status, content = await self._call(b"POST", path, _json(body), timeout_s)
         return _decode(status, content)
 
     async def open_stream(self, path: str, body: dict[str, Any]) -> EngineStream:
         content = _json(body)
-        connection = await self._exchange(b"POST", path, content, self._timeout_s, stream=True)
+        connection = await self._exchange(b"POST", path, content, self._first_token_timeout_s, stream=True)
         if connection.status != 200:
             try:
                 content = await self._read_all(connection, self._timeout_s)
             finally:
                 self._release(connection)
             raise _status_error(connection.status, content)
-        stream = EngineStream(self, connection, self._timeout_s)
+        stream = EngineStream(self, connection, self._timeout_s, self._first_token_timeout_s)
         self._streams.add(stream)
         return stream
 
@@ -448,6 +471,8 @@ def _status_error(status: int, content: bytes) -> ApiError:
         return error
     if status == 429:
         return Overloaded(message)
+    if status == 503 and code == "capacity":
+        return EngineAtCapacity(message, code=code)
     if status == 503:
         return UpstreamUnavailable(message)
     return UpstreamError(message)

@@ -5,6 +5,12 @@ only. Results become JSON, :class:`~sparkfold.engines.serving.ApiError` values b
 with the OpenAI error body, streams become SSE (role delta first, content deltas, a final chunk
 with ``finish_reason``, the ``tensorfold`` stats block and ``usage``, then ``data: [DONE]``).
 Bodies are parsed here, not by FastAPI, so every client mistake is a 400 that names the field.
+
+Every generating route runs under :class:`~sparkfold.asgi.DirectRoutes`' cancellation (a client
+that leaves stops its generation, streamed or not); prompt work runs off the event loop
+(:meth:`EngineService.off_loop`); a stream that has sent nothing for :data:`HEARTBEAT_S` gets a
+``: keepalive`` comment while the engine makes progress (a long prompt is being read), so the
+gateway and any proxy in between know the engine is alive.
 """
 
 from __future__ import annotations
@@ -20,12 +26,11 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException
 
-from sparkfold.asgi import SSE_HEADERS, DirectRoutes, EventStream, StreamResponse
+from sparkfold.asgi import SSE_HEADERS, DirectRoutes, EventStream, Pacing, StreamResponse
 from sparkfold.engines.generator import CapacityError, EngineFailure
 from sparkfold.engines.output import OutputParser
 from sparkfold.engines.serving import ApiError, EngineService, Outcome, Prepared
 from sparkfold.protocol import (
-    SSE_DONE,
     ChatCompletion,
     ChatCompletionChunk,
     ChatCompletionRequest,
@@ -40,14 +45,13 @@ from sparkfold.protocol import (
     ModelCard,
     ModelList,
     ResponseMessage,
-    TextEvents,
     TokenizeRequest,
     TokenizeResponse,
     ToolCall,
     Usage,
     new_id,
-    sse_event,
 )
+from sparkfold.sse import SSE_DONE, TextEvents, sse_event
 
 __all__ = ["create_app"]
 
@@ -55,11 +59,17 @@ log = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=BaseModel)
 _STREAM_HEADERS = (*SSE_HEADERS, (b"connection", b"close"))
+HEARTBEAT_S = 5.0
+"""A stream silent this long gets a ``: keepalive`` comment (while the engine makes progress)."""
+SEND_TIMEOUT_S = 60.0
+"""A client that has not taken one write for this long stopped reading: its stream ends."""
 
 
-def _stream(events: AsyncIterator[bytes]) -> StreamResponse:
+def _stream(events: AsyncIterator[bytes], service: EngineService) -> StreamResponse:
     """SSE that stops the generation when the client leaves (closing ``events`` cancels it)."""
-    return StreamResponse(EventStream(events), _STREAM_HEADERS)
+    generator = service.generator
+    pacing = Pacing(keepalive_s=HEARTBEAT_S, send_timeout_s=SEND_TIMEOUT_S, alive=generator.healthy)
+    return StreamResponse(EventStream(events), _STREAM_HEADERS, pacing)
 
 
 def _error(error: ApiError) -> JSONResponse:
@@ -129,15 +139,17 @@ def create_app(service: EngineService) -> DirectRoutes:
         if isinstance(body, ApiError):
             return _error(body)
         if body.messages is not None:
-            rendered = service.tokenize_chat(ChatCompletionRequest(messages=body.messages))
+            rendered = await service.off_loop(
+                service.tokenize_chat, ChatCompletionRequest(messages=body.messages)
+            )
             if isinstance(rendered, ApiError):
                 return _error(rendered)
             ids = rendered
         elif body.prompt is not None:
-            ids = service.generator.encode(body.prompt, add_special_tokens=body.add_special_tokens)
+            ids = await service.off_loop(_encode, service, body.prompt, body.add_special_tokens)
         else:
             return _error(ApiError(400, "give either prompt or messages", "prompt"))
-        strs = service.generator.token_strs(ids) if body.return_token_strs else None
+        strs = await service.off_loop(service.generator.token_strs, ids) if body.return_token_strs else None
         answer = TokenizeResponse(
             count=len(ids), max_model_len=service.generator.context_length, tokens=ids, token_strs=strs
         )
@@ -159,13 +171,16 @@ def create_app(service: EngineService) -> DirectRoutes:
         body = await _parse(request, ChatCompletionRequest)
         if isinstance(body, ApiError):
             return _error(body)
-        prepared = service.prepare_chat(body)
+        prepared = await service.off_loop(service.prepare_chat, body)
         if isinstance(prepared, ApiError):
             return _error(prepared)
+        refused = await service.wait_for_lane()
+        if refused is not None:
+            return _error(refused)
         parser = prepared.parser
         if body.stream:
             usage_chunk = bool((body.stream_options or {}).get("include_usage"))
-            return _stream(_chat_stream(service, prepared, parser, usage_chunk))
+            return _stream(_chat_stream(service, prepared, parser, usage_chunk), service)
         try:
             deltas, outcome = await _collect_chat(service, prepared, parser)
         except Exception as exc:
@@ -184,12 +199,15 @@ def create_app(service: EngineService) -> DirectRoutes:
         body = await _parse(request, CompletionRequest)
         if isinstance(body, ApiError):
             return _error(body)
-        prepared = service.prepare_completion(body)
+        prepared = await service.off_loop(service.prepare_completion, body)
         if isinstance(prepared, ApiError):
             return _error(prepared)
+        refused = await service.wait_for_lane()
+        if refused is not None:
+            return _error(refused)
         if body.stream:
             usage_chunk = bool((body.stream_options or {}).get("include_usage"))
-            return _stream(_completion_stream(service, prepared, usage_chunk))
+            return _stream(_completion_stream(service, prepared, usage_chunk), service)
         pieces: list[str] = []
         try:
             async for item in service.run(prepared):
@@ -208,6 +226,10 @@ def create_app(service: EngineService) -> DirectRoutes:
         return JSONResponse(answer.model_dump(exclude_none=True))
 
     return DirectRoutes(app, {"/v1/chat/completions": chat, "/v1/completions": completions})
+
+
+def _encode(service: EngineService, text: str, add_special_tokens: bool) -> list[int]:
+    return service.generator.encode(text, add_special_tokens=add_special_tokens)
 
 
 def _usage(outcome: Outcome) -> Usage:

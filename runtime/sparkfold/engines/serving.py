@@ -4,6 +4,14 @@
 fields), renders chat prompts, runs the generator and turns token ids into text (stop strings,
 incremental decoding), keeping the counters. Client mistakes come back as :class:`ApiError`
 values; ``server.py`` maps them to HTTP.
+
+Two rules keep the event loop free and the gateway in charge of capacity:
+
+- rendering, tokenizing, picture decoding and grammar compilation run in one worker thread
+  (:meth:`EngineService.off_loop`), never on the event loop that streams every other reply;
+- the gateway is the admission authority: a request that finds every lane taken waits briefly
+  for one (:meth:`EngineService.wait_for_lane`; a job whose client just left is still being
+  released) before it is refused with 503 ``capacity``, which the gateway retries.
 """
 
 from __future__ import annotations
@@ -14,8 +22,9 @@ import logging
 import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from sparkfold.engines.chat_template import ChatRenderer, ChatTemplateRenderer
 from sparkfold.engines.generator import GenerationReport, Generator, SamplingParams
@@ -37,9 +46,14 @@ from sparkfold.protocol import (
 if TYPE_CHECKING:
     from sparkfold.glm.serving import GlmChat
 
-__all__ = ["ApiError", "EngineService", "Outcome", "Prepared"]
+__all__ = ["FOLLOW_S", "ApiError", "EngineService", "Outcome", "Prepared"]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+FOLLOW_S = 2.0
+"""How long a request that found every lane taken waits for one before the 503 ``capacity``."""
 
 
 @dataclass(frozen=True)
@@ -139,6 +153,9 @@ class EngineService:
             )
         self.renderer = renderer
         self.counters = EngineCounters()
+        self._prepare = ThreadPoolExecutor(1, thread_name_prefix="prepare")
+        """Prompt work (render, tokenize, pictures, grammar) off the event loop, one at a time."""
+        self._lane_waiters: list[asyncio.Future[None]] = []
         self.ready = True
         """False until the supervisor's start-up probe answered: ``/health`` says ``ok`` only then."""
 
@@ -261,14 +278,6 @@ class EngineService:
                 prompt_field,
                 "context_length_exceeded",
             )
-        if self.counters.requests_running >= self.generator.parallel:
-            return ApiError(
-                503,
-                f"the engine is at capacity ({self.generator.parallel} requests); retry",
-                None,
-                "capacity",
-                "server_error",
-            )
         params = SamplingParams(
             max_tokens=budget,
             temperature=1.0 if request.temperature is None else request.temperature,
@@ -282,6 +291,40 @@ class EngineService:
         )
         stop = [request.stop] if isinstance(request.stop, str) else list(request.stop or [])
         return Prepared(ids, params, stop)
+
+    async def off_loop(self, work: Callable[..., T], *args: object) -> T:
+        """``work(*args)`` in the prompt worker thread (rendering, tokenizing, pictures, grammar)."""
+        return await asyncio.get_running_loop().run_in_executor(self._prepare, work, *args)
+
+    async def wait_for_lane(self) -> ApiError | None:
+        """None once a lane is free; the 503 ``capacity`` if none freed within :data:`FOLLOW_S`."""
+        parallel = self.generator.parallel
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + FOLLOW_S
+        while self.counters.requests_running >= parallel:
+            left = give_up - loop.time()
+            if left <= 0:
+                return ApiError(
+                    503,
+                    f"the engine is at capacity ({parallel} requests); retry",
+                    None,
+                    "capacity",
+                    "server_error",
+                )
+            freed: asyncio.Future[None] = loop.create_future()
+            self._lane_waiters.append(freed)
+            try:
+                await asyncio.wait([freed], timeout=left)
+            finally:
+                if freed in self._lane_waiters:
+                    self._lane_waiters.remove(freed)
+        return None
+
+    def _lane_freed(self) -> None:
+        waiters, self._lane_waiters = self._lane_waiters, []
+        for freed in waiters:
+            if not freed.done():
+                freed.set_result(None)
 
     # --- generation -----------------------------------------------------------------------------
 
@@ -330,6 +373,7 @@ class EngineService:
                 await tokens.aclose()
             now = time.monotonic()
             counters.finished(finish, first - started, now - first if ids else 0.0)
+            self._lane_freed()
         report = prepared.params.report
         counters.reported(report.cached_tokens, report.drafted, report.accepted)
         yield Outcome(finish, len(prepared.prompt_ids), ids, first - started, now - first, report)
@@ -356,4 +400,7 @@ class EngineService:
             streams=self.generator.parallel,
             peer=peer,
             pool=pool() if callable(pool := getattr(self.generator, "pool_stats", None)) else None,
+            stalled_s=round(stall(), 3)
+            if callable(stall := getattr(self.generator, "stalled_s", None))
+            else None,
         )

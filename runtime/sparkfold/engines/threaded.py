@@ -13,6 +13,13 @@ its model, calls :meth:`_start`, and writes what is its own:
 ``_idle()``       nothing ran for ``idle_wait_s``
 ``_after_step()`` after each turn of the loop (snapshots)
 ``_shutdown()``   the loop ended on request (not on a failure)
+
+Admission order: jobs whose client left are reaped *before* new ones are admitted, so a lane the
+gateway handed on (its client left, the next request came at once) is always free here.
+
+Liveness comes from progress: :meth:`ThreadedEngine.stalled_s` is how long work has been pending
+without a step completing; ``healthy()`` turns false past ``stall_s`` (``/health`` then says 503
+and the supervisor stops feeding the systemd watchdog), even though the thread is still alive.
 """
 
 from __future__ import annotations
@@ -58,6 +65,8 @@ class ThreadedEngine(Generic[J]):
     """How long an idle engine thread waits for a job before it calls :meth:`_idle`."""
     gather_s = 0.0
     """An idle engine that just got a job keeps admitting until none came for this long (0: off)."""
+    stall_s = 300.0
+    """Work pending this long with no step completed: the engine is wedged (``healthy()`` is false)."""
     _fatal: str | None = None
     _on_fatal: Callable[[str], None] | None = None
 
@@ -73,6 +82,9 @@ class ThreadedEngine(Generic[J]):
         self._inbox: queue.Queue[J | None] = queue.Queue()
         self._active: dict[J, None] = {}
         """Running jobs in admission order (only the engine thread touches it)."""
+        self._progress_at = time.monotonic()
+        """When the engine thread last completed a step or found nothing to do."""
+        self.steps_total = 0
         self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
         self._thread.start()
 
@@ -113,7 +125,13 @@ class ThreadedEngine(Generic[J]):
     # --- generation -----------------------------------------------------------------------------
 
     def healthy(self) -> bool:
-        return self._fatal is None and self._thread.is_alive()
+        return self._fatal is None and self._thread.is_alive() and self.stalled_s() < self.stall_s
+
+    def stalled_s(self) -> float:
+        """Seconds work has waited without a step completing (0 while idle or progressing)."""
+        if not self._active and self._inbox.empty():
+            return 0.0
+        return max(time.monotonic() - self._progress_at, 0.0)
 
     async def generate(
         self, prompt_ids: Sequence[int], params: SamplingParams, cancel: threading.Event
@@ -138,6 +156,7 @@ class ThreadedEngine(Generic[J]):
         try:
             while True:
                 if not self._active:
+                    self._progress_at = time.monotonic()  # idle is not stalled
                     try:
                         first = self._inbox.get(timeout=self.idle_wait_s)
                     except queue.Empty:
@@ -145,11 +164,13 @@ class ThreadedEngine(Generic[J]):
                         continue
                     if first is None or not self._admit(first) or not self._gather():
                         break
+                self._reap()  # before admitting: a lane whose client left is free for the next
                 if not self._drain_inbox():
                     break
-                self._reap()
                 if self._active:
                     self._step()
+                    self.steps_total += 1
+                self._progress_at = time.monotonic()
                 self._after_step()
             for job in list(self._active):
                 self._end(job, None)
@@ -194,6 +215,8 @@ class ThreadedEngine(Generic[J]):
         """Start ``job`` (or refuse it alone); ``False`` when it is the stop sentinel."""
         if job is None:
             return False
+        if len(self._active) >= self.parallel:
+            self._reap()
         if len(self._active) >= self.parallel:
             job.emit(CapacityError(f"the engine runs {self.parallel} requests already"))
             return True

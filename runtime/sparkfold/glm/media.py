@@ -25,7 +25,7 @@ from typing import Any
 from PIL import Image
 
 from sparkfold.glm.errors import MediaError
-from sparkfold.glm.messages import normalise_messages
+from sparkfold.glm.messages import IMAGE_PART_TYPES, VIDEO_PART_TYPES, normalise_messages
 from sparkfold.glm.tokens import BEGIN_OF_IMAGE, END_OF_IMAGE, IMAGE, VIDEO
 
 __all__ = [
@@ -41,8 +41,6 @@ __all__ = [
 
 MIB = 1024 * 1024
 _DATA_URL = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[^;,]*)*?)(?P<b64>;base64)?,", re.I)
-_IMAGE_TYPES = frozenset({"image_url", "image", "input_image"})
-_VIDEO_TYPES = frozenset({"video_url", "video"})
 
 
 @dataclass(frozen=True)
@@ -113,9 +111,9 @@ def collect_media(messages: Sequence[Any]) -> list[MediaPart]:
         for j, part in enumerate(content):
             kind = part.get("type")
             where = f"messages[{i}].content[{j}]"
-            if kind in _IMAGE_TYPES:
+            if kind in IMAGE_PART_TYPES:
                 found.append(MediaPart("image", _url_of(part, kind) or _url_of(part, "image_url"), where))
-            elif kind in _VIDEO_TYPES:
+            elif kind in VIDEO_PART_TYPES:
                 found.append(MediaPart("video", _url_of(part, kind) or _url_of(part, "video_url"), where))
     return found
 

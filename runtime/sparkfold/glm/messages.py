@@ -18,10 +18,20 @@ from pydantic import BaseModel
 from sparkfold.glm.errors import RenderError
 from sparkfold.glm.tokens import THINK, THINK_END
 
-__all__ = ["MEDIA_PART_TYPES", "TEXT_PART_TYPES", "normalise_messages", "normalise_tools"]
+__all__ = [
+    "IMAGE_PART_TYPES",
+    "MEDIA_PART_TYPES",
+    "TEXT_PART_TYPES",
+    "VIDEO_PART_TYPES",
+    "normalise_messages",
+    "normalise_tools",
+]
 
 TEXT_PART_TYPES = frozenset({"text", "input_text"})
-MEDIA_PART_TYPES = frozenset({"image_url", "image", "input_image", "video_url", "video"})
+IMAGE_PART_TYPES = frozenset({"image_url", "image", "input_image"})
+"""Content parts that carry a picture: the one list, for the engine and the gateway's limits alike."""
+VIDEO_PART_TYPES = frozenset({"video_url", "video"})
+MEDIA_PART_TYPES = IMAGE_PART_TYPES | VIDEO_PART_TYPES
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 _ROLES |= {"tool": "tool", "observation": "tool"}
 _DROPPED_TOOL_KEYS = ("strict", "defer_loading")

@@ -27,7 +27,7 @@ from sparkfold.node.peer import HEARTBEAT_PORT_OFFSET, PeerWatch, start_peer_wat
 from sparkfold.node.serving import mark_serving
 from sparkfold.protocol import PeerState
 
-__all__ = ["EngineUnavailable", "RankError", "describe", "run_rank"]
+__all__ = ["EngineUnavailable", "RankError", "describe", "feed_watchdog", "run_rank"]
 
 log = logging.getLogger("sparkfold.engine")
 
@@ -245,6 +245,8 @@ async def _serve(settings: Settings, generator: Any, watch: PeerWatch | None, ht
     from sparkfold.engines.serving import EngineService
 
     engine = settings.engine
+    if hasattr(generator, "stall_s"):
+        generator.stall_s = engine.stall_s  # liveness from progress (ThreadedEngine.stalled_s)
     service = EngineService(
         generator,
         served_name=engine.served_name,
@@ -296,13 +298,25 @@ async def _serve(settings: Settings, generator: Any, watch: PeerWatch | None, ht
         interval = watchdog_interval_s() or 1.0
         while not serving.done():
             await asyncio.wait([serving], timeout=interval)
-            if service.health().ok:
-                notify("WATCHDOG=1")
+            feed_watchdog(service)
         serving.result()
     finally:
         await asyncio.to_thread(generator.close)
     log.info("stopped")
     return 0
+
+
+def feed_watchdog(service: Any) -> bool:
+    """One watchdog turn of rank 0: ``WATCHDOG=1`` only while the engine's health is ok.
+
+    Health includes progress (``ThreadedEngine.stalled_s`` past ``engine.stall_s``), so a wedged
+    engine whose thread still lives stops the feeding and systemd restarts the rank.
+    """
+    if service.health().ok:
+        notify("WATCHDOG=1")
+        return True
+    log.error("the engine is not healthy (%s); the watchdog is not fed", service.health().model_dump_json())
+    return False
 
 
 async def _probe(host: str, port: int) -> None:

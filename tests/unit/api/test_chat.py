@@ -103,14 +103,17 @@ def test_call_to_a_tool_not_offered_comes_back_as_text(
     assert finish == "stop"
 
 
-def test_streamed_tool_calls_arrive_whole_and_typed(gateway: Running, fake: ScriptedEngine) -> None:
+def test_streamed_tool_calls_arrive_name_first_then_arguments_as_written(
+    gateway: Running, fake: ScriptedEngine
+) -> None:
     fake.queue(
         Script(
             content=[],
-            tool_calls=[("weather", '{"city": "Oslo", "days": "2"}'), ("weather", '{"city": "Rome"}')],
+            tool_calls=[("weather", '{"city": "Oslo", "days": 2}'), ("weather", '{"city": "Rome"}')],
+            tool_pieces=4,
         )
     )
-    calls = []
+    deltas = []
     finish = None
     for chunk in client(gateway).chat.completions.create(
         model="fake",
@@ -119,13 +122,18 @@ def test_streamed_tool_calls_arrive_whole_and_typed(gateway: Running, fake: Scri
         stream=True,  # type: ignore[list-item]
     ):
         if chunk.choices:
-            calls += chunk.choices[0].delta.tool_calls or []
+            deltas += chunk.choices[0].delta.tool_calls or []
             finish = chunk.choices[0].finish_reason or finish
-    assert [c.index for c in calls] == [0, 1]
-    assert [json.loads(c.function.arguments) for c in calls] == [
-        {"city": "Oslo", "days": 2},
-        {"city": "Rome"},
+    assert len(deltas) == 8  # every piece of the arguments as the engine wrote it
+    named = [d for d in deltas if d.function and d.function.name]
+    assert [(d.index, d.function.name, d.id) for d in named] == [
+        (0, "weather", "call_0"),
+        (1, "weather", "call_1"),
     ]  # type: ignore[union-attr]
+    arguments = {0: "", 1: ""}
+    for d in deltas:
+        arguments[d.index] += d.function.arguments or ""  # type: ignore[union-attr]
+    assert [json.loads(arguments[i]) for i in (0, 1)] == [{"city": "Oslo", "days": 2}, {"city": "Rome"}]
     assert finish == "tool_calls"
 
 

@@ -49,8 +49,16 @@ def test_health_reports_the_peer_rank_and_lanes(paired: tuple[ScriptedEngine, st
     assert health.status_code == 200
     body = health.json()
     assert body["ok"] and body["peer"] == {"rank": 1, "state": "ok", "last_seen_s": 0.5}
-    assert body["lanes"] == {"total": 4, "busy": 0, "free": 4}
+    assert body["lanes"] == {"total": 4, "busy": 0, "free": 4, "engine_total": 64, "engine_busy": 0}
     assert body["queue"] == {"length": 0, "max": 16}
+    fake.streams = 2  # an engine with fewer lanes than api.parallel: /health shows the real ones
+    assert httpx.get(url + "/health").json()["lanes"] == {
+        "total": 2,
+        "busy": 0,
+        "free": 2,
+        "engine_total": 2,
+        "engine_busy": 0,
+    }
     fake.peer = {"rank": 1, "state": "lost", "last_seen_s": 130}
     lost = httpx.get(url + "/health")
     assert lost.status_code == 503 and lost.json()["peer"]["state"] == "lost"

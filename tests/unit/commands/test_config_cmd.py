@@ -38,3 +38,24 @@ def test_fingerprint_prints_hash(repo: Path) -> None:
 def test_help_lists_commands() -> None:
     result = CliRunner().invoke(main, ["--help"])
     assert result.exit_code == 0 and "config" in result.output
+
+
+def test_check_refuses_more_gateway_lanes_than_the_engine_has(tmp_path: Path) -> None:
+    config = tmp_path / "head.toml"
+    config.write_text('[engine]\nmodel = "m"\nparallel = 2\n[api]\nparallel = 4\n')
+    result = CliRunner().invoke(main, ["config", "check", str(config)])
+    assert result.exit_code == 1
+    assert "api.parallel (4) must not exceed engine.parallel (2)" in result.output
+
+
+def test_the_gateways_lanes_default_to_the_engines(tmp_path: Path) -> None:
+    config = tmp_path / "head.toml"
+    config.write_text('[engine]\nmodel = "m"\nparallel = 2\n')
+    result = CliRunner().invoke(main, ["config", "check", "--json", str(config)])
+    assert result.exit_code == 0, result.output
+    worker = tmp_path / "worker.toml"  # the worker runs no gateway: its [api] is not checked
+    worker.write_text(
+        '[node]\nrank = 1\n[engine]\nmodel = "m"\nparallel = 1\ntp = 2\n'
+        '[fabric]\naddress = "198.51.100.1"\npeer = "198.51.100.2"\n[api]\nparallel = 4\n'
+    )
+    assert CliRunner().invoke(main, ["config", "check", str(worker)]).exit_code == 0

@@ -8,19 +8,15 @@ engine error after the stream opened becomes an ``error`` event, which ends the 
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
 from sparkfold.api.anthropic.translate import anthropic_usage, stop_of
 from sparkfold.api.chat_stream import DONE, ChatEvent, as_chunk, choices_of, each_event, is_text
 from sparkfold.protocol import new_id
+from sparkfold.sse import named_event as event
 
 __all__ = ["anthropic_sse"]
-
-
-def event(name: str, data: dict[str, Any]) -> bytes:
-    return f"event: {name}\ndata: {json.dumps(data, ensure_ascii=False, separators=(',', ':'))}\n\n".encode()
 
 
 PING = event("ping", {"type": "ping"})
@@ -32,11 +28,13 @@ class _Blocks:
     def __init__(self) -> None:
         self.index = -1
         self.kind: str | None = None
+        self.input_sent = False
 
     def switch(self, kind: str, start: dict[str, Any]) -> list[bytes]:
         out = self.close()
         self.index += 1
         self.kind = kind
+        self.input_sent = False
         out.append(
             event(
                 "content_block_start",
@@ -48,8 +46,12 @@ class _Blocks:
     def close(self) -> list[bytes]:
         if self.kind is None:
             return []
+        out = []
+        if self.kind == "tool_use" and not self.input_sent:  # a call without arguments: input {}
+            out.append(self.delta({"type": "input_json_delta", "partial_json": "{}"}))
         self.kind = None
-        return [event("content_block_stop", {"type": "content_block_stop", "index": self.index})]
+        out.append(event("content_block_stop", {"type": "content_block_stop", "index": self.index}))
+        return out
 
     def delta(self, body: dict[str, Any]) -> bytes:
         return event(
@@ -108,21 +110,21 @@ async def anthropic_sse(
                     for out in blocks.switch("text", {"type": "text", "text": ""}):
                         yield out
                 yield blocks.delta({"type": "text_delta", "text": delta["content"]})
-            for call in delta.get("tool_calls") or []:
+            for call in delta.get("tool_calls") or []:  # a call's first delta names it; the rest add input
                 function = call.get("function") or {}
-                start = {
-                    "type": "tool_use",
-                    "id": call.get("id") or new_id("toolu"),
-                    "name": function.get("name", ""),
-                    "input": {},
-                }
-                for out in blocks.switch("tool_use", start):
-                    yield out
-                yield blocks.delta(
-                    {"type": "input_json_delta", "partial_json": function.get("arguments") or "{}"}
-                )
-                for out in blocks.close():
-                    yield out
+                if function.get("name"):
+                    start = {
+                        "type": "tool_use",
+                        "id": call.get("id") or new_id("toolu"),
+                        "name": function["name"],
+                        "input": {},
+                    }
+                    for out in blocks.switch("tool_use", start):
+                        yield out
+                piece = function.get("arguments") or ""
+                if blocks.kind == "tool_use" and piece:
+                    blocks.input_sent = True
+                    yield blocks.delta({"type": "input_json_delta", "partial_json": piece})
             if choice.get("finish_reason"):
                 finish = choice
     for out in blocks.close():

@@ -12,7 +12,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sparkfold.api.body_shape import BodyShape
 from sparkfold.api.errors import LimitExceeded, error_response
-from sparkfold.api.middleware._body import BodyTooLarge, ClientGone, read_body, replay
+from sparkfold.asgi import BodyTooLarge, ClientGone, read_body, replay
 
 
 class BodyLimit:

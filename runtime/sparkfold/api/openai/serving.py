@@ -16,7 +16,8 @@ from pydantic import BaseModel
 
 from sparkfold.api.chat_stream import DONE, ChatEvent, ChatStream
 from sparkfold.api.context import CallContext
-from sparkfold.api.errors import ApiError, ClientError, UpstreamError
+from sparkfold.api.errors import ApiError, ClientError, InvalidRequest, UpstreamError
+from sparkfold.api.lanes import at_the_head
 from sparkfold.api.limits import MediaLimits, check_media, check_sampling
 from sparkfold.api.metrics import Metrics
 from sparkfold.api.openai.protocol import (
@@ -26,11 +27,11 @@ from sparkfold.api.openai.protocol import (
     TokenizeRequest,
 )
 from sparkfold.api.reasoning import reasoning_controls
-from sparkfold.api.streaming import KEEPALIVE_COMMENT
 from sparkfold.api.tools import Toolbox
 from sparkfold.api.upstream import Engine
 from sparkfold.asgi import EventStream
-from sparkfold.protocol import SSE_DONE, ignored_fields, ignored_summary, sse_event
+from sparkfold.protocol import ignored_fields, ignored_summary
+from sparkfold.sse import KEEPALIVE_COMMENT, SSE_DONE, data_event, sse_event
 
 __all__ = ["ChatServing", "CompletionServing", "PreparedChat", "UtilityServing", "log_ignored", "openai_sse"]
 
@@ -58,6 +59,16 @@ def _known_fields(request: BaseModel) -> dict[str, Any]:
             for name in message.model_extra or ():
                 dumped.pop(name, None)
     return body
+
+
+PRIORITIES = {None: 0, "normal": 0, "background": 1}
+"""``priority`` values and their place in the gateway's queue (1 waits behind every 0)."""
+
+
+def check_priority(value: Any) -> ClientError | None:
+    if value in PRIORITIES:
+        return None
+    return InvalidRequest(f'priority must be "normal" or "background"; got {value!r}', param="priority")
 
 
 def _first_token_hook(metrics: Metrics, call: CallContext) -> Any:
@@ -88,7 +99,7 @@ class ChatServing:
 
     def prepare(self, request: ChatCompletionRequest, call: CallContext) -> PreparedChat | ClientError:
         error = check_sampling(n=request.n, logprobs=request.logprobs, top_logprobs=request.top_logprobs)
-        error = error or check_media(request.messages, self.limits)
+        error = error or check_priority(request.priority) or check_media(request.messages, self.limits)
         if error is not None:
             return error
         extra = request.model_extra or {}
@@ -121,11 +132,15 @@ class ChatServing:
 
     async def complete(self, prepared: PreparedChat, call: CallContext) -> dict[str, Any] | ApiError:
         """The whole reply at once, cleaned (after a lane is taken for ``call``)."""
-        refused = await call.admit()
+        refused = await call.admit(PRIORITIES[prepared.body.get("priority")])
         if refused is not None:
             return refused
+        body = {**prepared.body, "stream": False}
         try:
-            result = await self.engine.post_json("/v1/chat/completions", {**prepared.body, "stream": False})
+            timeout_s = self.engine.reply_timeout_s
+            result = await at_the_head(
+                lambda: self.engine.post_json("/v1/chat/completions", body, timeout_s=timeout_s)
+            )
         except ApiError as error:
             self._count_error(error)
             return error
@@ -146,13 +161,12 @@ class ChatServing:
     async def open(self, prepared: PreparedChat, call: CallContext) -> ChatStream | ApiError:
         """Open the engine stream (after a lane is taken for ``call``); refusals come back as
         errors before anything is sent."""
-        refused = await call.admit()
+        refused = await call.admit(PRIORITIES[prepared.body.get("priority")])
         if refused is not None:
             return refused
+        body = {**prepared.body, "stream": True}
         try:
-            upstream = await self.engine.open_stream(
-                "/v1/chat/completions", {**prepared.body, "stream": True}
-            )
+            upstream = await at_the_head(lambda: self.engine.open_stream("/v1/chat/completions", body))
         except ApiError as error:
             self._count_error(error)
             return error
@@ -188,7 +202,7 @@ async def openai_sse(batches: AsyncIterable[list[ChatEvent]]) -> AsyncIterator[b
         out = []
         for event in batch:
             if isinstance(event, bytes):
-                out.append(b"data: " + event + b"\n\n")
+                out.append(data_event(event))
             elif isinstance(event, dict):
                 out.append(sse_event(event))
             elif event is None:
@@ -216,15 +230,18 @@ class CompletionServing:
         log_ignored(request, call)
         body = _known_fields(request)
         body.setdefault("model", self.served_name)
-        refused = await call.admit()
+        refused = await call.admit(0)
         if refused is not None:
             return refused
         try:
             if not request.stream:
-                result = await self.engine.post_json("/v1/completions", body)
+                timeout_s = self.engine.reply_timeout_s
+                result = await at_the_head(
+                    lambda: self.engine.post_json("/v1/completions", body, timeout_s=timeout_s)
+                )
                 self.metrics.count_usage(result.get("usage"))
                 return result
-            upstream = await self.engine.open_stream("/v1/completions", body)
+            upstream = await at_the_head(lambda: self.engine.open_stream("/v1/completions", body))
         except ApiError as failure:
             if not isinstance(failure, ClientError):
                 self.metrics.upstream_errors.inc()

@@ -8,14 +8,13 @@ becomes ``response.failed``. The finished response is handed to ``on_done`` (the
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from typing import Any
 
 from sparkfold.api.chat_stream import DONE, ChatEvent, as_chunk, choices_of, each_event, is_text
 from sparkfold.api.responses.translate import call_item, message_item, reasoning_item
-from sparkfold.api.streaming import KEEPALIVE_COMMENT
 from sparkfold.protocol import new_id
+from sparkfold.sse import KEEPALIVE_COMMENT, named_event
 
 __all__ = ["responses_sse"]
 
@@ -27,9 +26,7 @@ class _Emitter:
     def __call__(self, name: str, data: dict[str, Any]) -> bytes:
         body = {"type": name, "sequence_number": self.sequence, **data}
         self.sequence += 1
-        return (
-            f"event: {name}\ndata: {json.dumps(body, ensure_ascii=False, separators=(',', ':'))}\n\n".encode()
-        )
+        return named_event(name, body)
 
 
 class _Item:
@@ -74,6 +71,18 @@ async def responses_sse(
                         "text": item.text,
                     },
                 )
+            )
+        elif item.kind == "function_call":
+            base = {"item_id": item.item["id"], "output_index": item.index}
+            arguments = item.text or "{}"
+            out.append(emit("response.function_call_arguments.done", {**base, "arguments": arguments}))
+            item.item = {**item.item, "arguments": arguments, "status": "completed"}
+            reply.setdefault("tool_calls", []).append(
+                {
+                    "id": item.item["call_id"],
+                    "type": "function",
+                    "function": {"name": item.item["name"], "arguments": arguments},
+                }
             )
         elif item.kind == "message":
             part = {"type": "output_text", "text": item.text, "annotations": []}
@@ -153,22 +162,22 @@ async def responses_sse(
                         "delta": delta["content"],
                     },
                 )
-            for call in delta.get("tool_calls") or []:
+            for call in (
+                delta.get("tool_calls") or []
+            ):  # a call's first delta names it; the rest add arguments
                 function = call.get("function") or {}
-                arguments = function.get("arguments") or "{}"
-                item = call_item(
-                    new_id("fc"), call.get("id") or new_id("call"), function.get("name", ""), arguments
-                )
-                for out in open_item("function_call", {**item, "arguments": "", "status": "in_progress"}):
-                    yield out
-                assert current is not None
-                current.item = item
-                base = {"item_id": item["id"], "output_index": current.index}
-                yield emit("response.function_call_arguments.delta", {**base, "delta": arguments})
-                yield emit("response.function_call_arguments.done", {**base, "arguments": arguments})
-                for out in close():
-                    yield out
-                reply.setdefault("tool_calls", []).append(call)
+                if function.get("name"):
+                    call_id = call.get("id") or new_id("call")
+                    item = call_item(new_id("fc"), call_id, function["name"], "", status="in_progress")
+                    for out in open_item("function_call", item):
+                        yield out
+                if current is None or current.kind != "function_call":
+                    continue  # arguments of no open call: nothing to attach them to
+                piece = function.get("arguments") or ""
+                if piece:
+                    current.text += piece
+                    base = {"item_id": current.item["id"], "output_index": current.index}
+                    yield emit("response.function_call_arguments.delta", {**base, "delta": piece})
             if choice.get("finish_reason"):
                 finish = choice["finish_reason"]
     for out in close():

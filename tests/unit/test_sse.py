@@ -1,4 +1,4 @@
-"""Wire helpers of the engine protocol (``sparkfold.protocol``)."""
+"""SSE encoding (``sparkfold.sse``) of the engine protocol's models (``sparkfold.protocol``)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,8 @@ from sparkfold.protocol import (
     Completion,
     CompletionChoice,
     Delta,
-    TextEvents,
-    sse_event,
 )
+from sparkfold.sse import TextEvents, sse_event
 
 
 def _payload(event: bytes) -> object:
