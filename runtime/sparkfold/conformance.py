@@ -5,11 +5,19 @@ TensorFold rank 0) and returns one :class:`CheckResult` per clause of ``docs/eng
 Required checks are what the gateway cannot work without; optional ones are later TensorFold
 additions our engines have (``include_usage``, vLLM ``/tokenize`` fields) and are reported, not failed.
 Every request is small (a handful of reply tokens) so the suite is cheap on a real pair too.
+
+Two checks hold every engine to what the gateway's admission relies on (it is the one admission
+authority; the engine follows): ``cancellation`` (a client that hangs up, streamed or not, frees
+its lane: ``requests_running`` falls back within :data:`SETTLE_S`) and ``capacity`` (with every
+lane busy, a client that leaves hands its lane to the next request at once: no 503, no error
+event). Their streams ask for up to :data:`HOLD_TOKENS` tokens and are closed after one event.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +28,10 @@ __all__ = ["CheckResult", "ConformanceFailure", "run"]
 
 PROMPT = [{"role": "user", "content": "Say hello."}]
 REPLY_TOKENS = 8
+HOLD_TOKENS = 256
+"""Reply budget of the streams that hold a lane in the capacity and cancellation checks."""
+SETTLE_S = 10.0
+"""How long a freed lane may take to show in ``/health`` (``requests_running``)."""
 
 
 class ConformanceFailure(AssertionError):
@@ -192,6 +204,65 @@ class _Suite:
         _require(self.chat().status_code == 200, "a valid request failed after the bad ones")
         return "ok after bad input"
 
+    def _running(self) -> int:
+        value = _json(self.client.get("/health")).get("requests_running")
+        if not isinstance(value, int):
+            raise ConformanceFailure("/health lacks requests_running")
+        return value
+
+    def _settled(self, baseline: int) -> float:
+        """Seconds until ``requests_running`` is back at ``baseline`` (a failure past SETTLE_S)."""
+        started = time.monotonic()
+        while (running := self._running()) > baseline:
+            waited = time.monotonic() - started
+            _require(
+                waited < SETTLE_S, f"{running - baseline} lane(s) still busy {SETTLE_S:g} s after the hang-up"
+            )
+            time.sleep(0.05)
+        return time.monotonic() - started
+
+    def _held(self) -> dict[str, Any]:
+        budget = min(HOLD_TOKENS, max(self.context // 2, 1)) if self.context else HOLD_TOKENS
+        return {
+            "model": self.model,
+            "messages": PROMPT,
+            "max_tokens": budget,
+            "temperature": 0,
+            "ignore_eos": True,
+            "stream": True,
+        }
+
+    def cancellation(self) -> str:
+        baseline = self._running()
+        with self.client.stream("POST", "/v1/chat/completions", json=self._held()) as response:
+            _require(response.status_code == 200, f"HTTP {response.status_code}")
+            next(response.iter_lines())  # one event, then the client hangs up
+        streamed = self._settled(baseline)
+        body = {**self._held(), "stream": False}
+        with contextlib.suppress(httpx.ReadTimeout):  # a non-streamed request whose client gives up
+            self.client.post("/v1/chat/completions", json=body, timeout=httpx.Timeout(30, read=0.2))
+        plain = self._settled(baseline)
+        return f"lane free {streamed:.1f} s after a streamed hang-up, {plain:.1f} s after a plain one"
+
+    def capacity(self) -> str:
+        lanes = int(_json(self.client.get("/health")).get("streams") or 1)
+        with contextlib.ExitStack() as held:
+            streams = []
+            for _ in range(lanes):
+                response = held.enter_context(
+                    self.client.stream("POST", "/v1/chat/completions", json=self._held())
+                )
+                _require(response.status_code == 200, f"holding {lanes} lanes: HTTP {response.status_code}")
+                lines = response.iter_lines()
+                next(lines)
+                streams.append(response)
+            streams[0].close()  # its client leaves; the next request comes at once
+            events = self.stream_events()
+        _require(bool(events) and events[-1] == "[DONE]", "the request after the hang-up did not finish")
+        errors = [e for e in events[:-1] if '"error"' in e]
+        _require(not errors, f"the request after the hang-up failed: {errors[0][:160] if errors else ''}")
+        return f"{lanes} lane(s) busy, one freed by a hang-up and taken at once"
+
     def metrics(self) -> str:
         response = self.client.get("/metrics")
         _require(response.status_code == 200, f"HTTP {response.status_code}")
@@ -231,6 +302,8 @@ class _Suite:
             self.unknown_path,
             self.still_serving,
             self.metrics,
+            self.cancellation,
+            self.capacity,
         ]
         optional = [self.include_usage, self.tokenize]
         return [(c, True) for c in required] + [(c, False) for c in optional]

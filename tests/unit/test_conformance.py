@@ -29,7 +29,18 @@ def contract_double(broken: str = "") -> httpx.MockTransport:
         total = 3 + completion + (1 if broken == "usage_sum" else 0)
         return {"prompt_tokens": 3, "completion_tokens": completion, "total_tokens": total}
 
+    held = {"streams": 0, "after_hold": False}
+
     def chat(body: dict[str, Any]) -> httpx.Response:
+        if body.get("stream"):
+            held["streams"] += 1  # broken "leaks_lanes": never counted down
+            if held["after_hold"] and not body.get("ignore_eos") and broken == "refuses_after_hangup":
+                held["after_hold"] = False
+                refusal = (
+                    b'data: {"error":{"message":"the engine runs 1 requests already"}}\n\ndata: [DONE]\n\n'
+                )
+                return httpx.Response(200, content=refusal, headers={"content-type": "text/event-stream"})
+            held["after_hold"] = bool(body.get("ignore_eos"))
         if not isinstance(body.get("messages"), list):
             return error(400, "messages: Input should be a valid list")
         if body.get("n", 1) != 1 and broken != "n":
@@ -72,6 +83,7 @@ def contract_double(broken: str = "") -> httpx.MockTransport:
                 200,
                 json={
                     "ok": broken != "health",
+                    "requests_running": held["streams"] if broken == "leaks_lanes" else 0,
                     "requests_total": 1,
                     "prompt_tokens_total": 3,
                     "completion_tokens_total": 3,
@@ -115,9 +127,12 @@ def test_a_conforming_server_passes_every_required_check() -> None:
         ("context", "context_length_exceeded"),
         ("done", "chat_stream"),
         ("usage_sum", "chat_completion"),
+        ("leaks_lanes", "cancellation"),
+        ("refuses_after_hangup", "capacity"),
     ],
 )
-def test_each_broken_clause_is_named(broken: str, check: str) -> None:
+def test_each_broken_clause_is_named(broken: str, check: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("sparkfold.conformance.SETTLE_S", 0.3)
     result = verdicts(broken)
     assert result[check] is False
     assert sum(not ok for name, ok in result.items() if name not in ("include_usage", "tokenize")) >= 1

@@ -14,21 +14,11 @@ import logging
 from typing import Any
 
 from sparkfold.api.errors import InvalidRequest
+from sparkfold.glm.effort import EFFORTS
 
 __all__ = ["EFFORTS", "ReasoningControls", "reasoning_controls"]
 
 log = logging.getLogger(__name__)
-
-# OpenAI's names -> GLM's; None = thinking off.
-EFFORTS: dict[str, str | None] = {
-    "none": None,
-    "minimal": "low",
-    "low": "low",
-    "medium": "high",
-    "high": "high",
-    "xhigh": "max",
-    "max": "max",
-}
 
 
 class ReasoningControls:

@@ -1,21 +1,19 @@
 """Prompt rendering with the checkpoint's own chat template, in a sandboxed jinja2 environment.
 
-A chat template is code that came with the weights: it runs in
-:class:`jinja2.sandbox.ImmutableSandboxedEnvironment` (no attribute games, no mutation of the
-values it is given). :class:`ChatRenderer` is the seam: the GLM renderer in ``sparkfold.glm``
-implements the same one method, so the server never cares which family it serves.
+A chat template is code that came with the weights: it runs in the one sandbox
+(:func:`sparkfold.templating.chat_template_environment`). :class:`ChatRenderer` is the seam: the
+GLM renderer in ``sparkfold.glm`` implements the same one method, so the server never cares which
+family it serves.
 """
 
 from __future__ import annotations
 
-import json
-from datetime import datetime
 from typing import Any, NoReturn, Protocol
 
 import jinja2
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from sparkfold.protocol import ChatCompletionRequest
+from sparkfold.templating import chat_template_environment
 
 __all__ = ["ChatRenderer", "ChatTemplateRenderer", "TemplateError"]
 
@@ -34,14 +32,6 @@ def _raise_exception(message: str) -> NoReturn:
     raise TemplateError(message)
 
 
-def _tojson(value: Any, indent: int | None = None) -> str:
-    return json.dumps(value, ensure_ascii=False, indent=indent)
-
-
-def _strftime_now(fmt: str) -> str:
-    return datetime.now().strftime(fmt)
-
-
 class ChatTemplateRenderer:
     """Renders a Hugging Face style chat template (``tokenizer.chat_template``).
 
@@ -51,12 +41,7 @@ class ChatTemplateRenderer:
     """
 
     def __init__(self, template: str, special_tokens: dict[str, str], *, thinking: bool = True) -> None:
-        env = ImmutableSandboxedEnvironment(
-            trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
-        )
-        env.filters["tojson"] = _tojson
-        env.globals["raise_exception"] = _raise_exception
-        env.globals["strftime_now"] = _strftime_now
+        env = chat_template_environment(_raise_exception)
         try:
             self._template = env.from_string(template)
         except jinja2.TemplateError as exc:

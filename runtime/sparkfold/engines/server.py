@@ -65,10 +65,8 @@ SEND_TIMEOUT_S = 60.0
 """A client that has not taken one write for this long stopped reading: its stream ends."""
 
 
-def _stream(events: AsyncIterator[bytes], service: EngineService) -> StreamResponse:
+def _stream(events: AsyncIterator[bytes], pacing: Pacing) -> StreamResponse:
     """SSE that stops the generation when the client leaves (closing ``events`` cancels it)."""
-    generator = service.generator
-    pacing = Pacing(keepalive_s=HEARTBEAT_S, send_timeout_s=SEND_TIMEOUT_S, alive=generator.healthy)
     return StreamResponse(EventStream(events), _STREAM_HEADERS, pacing)
 
 
@@ -102,10 +100,11 @@ def _outcome_error(exc: BaseException) -> ApiError:
     return ApiError(500, f"generation failed: {exc}", None, "engine_error", "server_error")
 
 
-def create_app(service: EngineService) -> DirectRoutes:
+def create_app(service: EngineService, *, heartbeat_s: float = HEARTBEAT_S) -> DirectRoutes:
     """The engine server's ASGI app: FastAPI, with the two generating routes run directly."""
     app = FastAPI(title="sparkfold engine", docs_url=None, redoc_url=None, openapi_url=None)
     name = service.served_name
+    pacing = Pacing(keepalive_s=heartbeat_s, send_timeout_s=SEND_TIMEOUT_S, alive=service.generator.healthy)
 
     @app.exception_handler(HTTPException)
     async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
@@ -180,7 +179,7 @@ def create_app(service: EngineService) -> DirectRoutes:
         parser = prepared.parser
         if body.stream:
             usage_chunk = bool((body.stream_options or {}).get("include_usage"))
-            return _stream(_chat_stream(service, prepared, parser, usage_chunk), service)
+            return _stream(_chat_stream(service, prepared, parser, usage_chunk), pacing)
         try:
             deltas, outcome = await _collect_chat(service, prepared, parser)
         except Exception as exc:
@@ -207,7 +206,7 @@ def create_app(service: EngineService) -> DirectRoutes:
             return _error(refused)
         if body.stream:
             usage_chunk = bool((body.stream_options or {}).get("include_usage"))
-            return _stream(_completion_stream(service, prepared, usage_chunk), service)
+            return _stream(_completion_stream(service, prepared, usage_chunk), pacing)
         pieces: list[str] = []
         try:
             async for item in service.run(prepared):

@@ -13,7 +13,6 @@ and the generation prompt's ``<think>`` is closed at once (``<think></think>``).
 
 from __future__ import annotations
 
-import datetime
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -24,13 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from jinja2 import TemplateError
-from jinja2.ext import loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from pydantic import BaseModel
 
+from sparkfold.glm.effort import DEFAULT_EFFORT, EFFORTS
 from sparkfold.glm.errors import RenderError
 from sparkfold.glm.messages import normalise_messages, normalise_tools
 from sparkfold.glm.tokens import THINK, THINK_END
+from sparkfold.templating import chat_template_environment
 
 __all__ = [
     "PromptOptions",
@@ -41,14 +41,6 @@ __all__ = [
     "prompt_options",
 ]
 
-_EFFORT_ALIASES = {
-    "low": "low",
-    "minimal": "low",
-    "medium": "high",
-    "high": "high",
-    "xhigh": "max",
-    "max": "max",
-}
 _EFFORT_LINE = re.compile(r"<\|system\|>Reasoning Effort: (?:Low|High|Max)")
 
 
@@ -108,7 +100,7 @@ def prompt_options(
         thinking = False
     clear = kwargs.pop("clear_thinking", True)
     return PromptOptions(
-        effort=_EFFORT_ALIASES.get(effort, "max"),
+        effort=EFFORTS.get(effort) or DEFAULT_EFFORT,
         thinking=thinking,
         clear_thinking=bool(True if clear is None else clear),
         extra=kwargs,
@@ -122,28 +114,12 @@ def offered_tools(tools: Sequence[Mapping[str, Any]] | None, tool_choice: Any = 
     return normalise_tools(tools)
 
 
-def _tojson(
-    value: Any,
-    ensure_ascii: bool = False,
-    indent: int | None = None,
-    separators: tuple[str, str] | None = None,
-    sort_keys: bool = False,
-) -> str:
-    return json.dumps(
-        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
-    )
-
-
 def _raise(message: str) -> None:
     raise RenderError(f"the chat template refused the request: {message}", param="messages")
 
 
 def _environment() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
-    env.filters["tojson"] = _tojson
-    env.globals["raise_exception"] = _raise
-    env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
-    return env
+    return chat_template_environment(_raise)
 
 
 def _checkpoint_template(directory: Path) -> str | None:

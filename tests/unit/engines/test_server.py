@@ -309,3 +309,42 @@ def test_an_engine_error_is_counted_as_error(fake: FakeGenerator) -> None:
     client.post("/v1/chat/completions", json=CHAT)
     assert 'tensorfold:requests_total{finish_reason="error"} 1.0' in client.get("/metrics").text
     assert client.get("/health").json()["requests_running"] == 0
+
+
+def test_a_stream_waiting_for_its_first_token_gets_heartbeats(fake: FakeGenerator) -> None:
+    """A long prompt is being read: the engine says it is alive while no token comes."""
+    fake.delay_s = 0.5  # before each token
+    service = EngineService(fake, served_name="fake-model", max_tokens=64)  # type: ignore[arg-type]
+    client = TestClient(create_app(service, heartbeat_s=0.05))
+    body = {**CHAT, "stream": True, "max_tokens": 1}
+    with client.stream("POST", "/v1/chat/completions", json=body) as reply:
+        text = reply.read().decode()
+    assert ": keepalive" in text.split('"content":"P"')[0]
+
+
+def test_rendering_runs_off_the_event_loop(fake: FakeGenerator) -> None:
+    """A prompt that takes long to render stalls nobody else: /health answers meanwhile."""
+    import threading
+
+    rendering, release = threading.Event(), threading.Event()
+
+    class SlowRenderer:
+        def render(self, request: object) -> str:
+            rendering.set()
+            release.wait(timeout=30)
+            return "slow prompt"
+
+    service = EngineService(fake, served_name="fake-model", max_tokens=8, renderer=SlowRenderer())  # type: ignore[arg-type]
+    with TestClient(create_app(service)) as client:
+        worker = threading.Thread(target=lambda: client.post("/v1/chat/completions", json=CHAT))
+        worker.start()
+        try:
+            assert rendering.wait(timeout=10)
+            answered: list[int] = []
+            probe = threading.Thread(target=lambda: answered.append(client.get("/health").status_code))
+            probe.start()
+            probe.join(timeout=5)  # while the render goes on
+            assert answered == [200]
+        finally:
+            release.set()
+            worker.join(timeout=30)

@@ -87,6 +87,7 @@ def test_rank0_serves_a_conforming_api_then_stops(
     rank.wait_ready(DEADLINE_S, poll_s=0.05)
     assert rank.serving_url == settings.engine_url
     assert (tmp_path / "cache/tensorfold/sparkfold-tensorfold_v0.6.0").is_dir()  # kernel cache made
+    assert any(line.startswith("[tensorfold] serving GLM-5.3-Flash-EXL3") for line in rank.tail)
 
     results = conformance(settings.engine_url, timeout_s=10)
     failed = [r for r in results if r.required and not r.passed]
@@ -98,7 +99,6 @@ def test_rank0_serves_a_conforming_api_then_stops(
     assert recorded[0] == ["rm", "-f", "sparkfold-engine"]  # a leftover is cleared first
     assert recorded[1] == list(rank.plan.argv[1:])  # exactly the planned docker run
     assert recorded[2] == ["stop", "-t", "5", "sparkfold-engine"]
-    assert any(line.startswith("[tensorfold] serving GLM-5.3-Flash-EXL3") for line in rank.tail)
 
 
 def test_conformance_fails_a_broken_rank0(
