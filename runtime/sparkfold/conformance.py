@@ -245,7 +245,8 @@ class _Suite:
         return f"lane free {streamed:.1f} s after a streamed hang-up, {plain:.1f} s after a plain one"
 
     def capacity(self) -> str:
-        lanes = int(_json(self.client.get("/health")).get("streams") or 1)
+        reported = _json(self.client.get("/health")).get("streams")
+        lanes = reported if isinstance(reported, int) and reported > 0 else 1  # a dict: states, not lanes
         with contextlib.ExitStack() as held:
             streams = []
             for _ in range(lanes):

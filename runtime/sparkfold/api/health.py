@@ -118,11 +118,13 @@ class HealthServing:
 def _lanes(total: int, busy: int, engine: EngineHealth | None) -> LaneReport:
     if engine is None:
         return LaneReport(total=total, busy=busy, free=max(total - busy, 0))
-    usable = min(total, engine.streams)
+    # a count of lanes; the recipe's engine reports what its streams do instead (no capacity)
+    capacity = engine.streams if isinstance(engine.streams, int) else None
+    usable = min(total, capacity) if capacity is not None else total
     return LaneReport(
         total=usable,
         busy=busy,
         free=max(usable - busy, 0),
-        engine_total=engine.streams,
+        engine_total=capacity,
         engine_busy=engine.requests_running,
     )
