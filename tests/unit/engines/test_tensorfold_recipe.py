@@ -28,6 +28,8 @@ def recipe(repo: Path, name: str) -> Path:
 def changed(repo: Path, tensorfold: dict[str, Any] | None = None, **engine: Any) -> Settings:
     data = load(recipe(repo, "head")).model_dump(mode="json", exclude_none=True)
     data["engine"] |= engine
+    if "parallel" in engine:  # the example leaves api.parallel out: the gateway follows the engine
+        data["api"].pop("parallel", None)
     data["engine"]["tensorfold"] |= tensorfold or {}
     data["engine"]["tensorfold"] = {k: v for k, v in data["engine"]["tensorfold"].items() if v is not None}
     return parse(data)
