@@ -15,7 +15,7 @@ from local_head import ansible
 from sparkfold.config import engine_fingerprint, load
 
 STAGES = ["preflight", "fabric", "image", "weights", "runtime", "service", "verify"]
-ROLES = ["sparkfold", *(f"sparkfold_{stage}" for stage in STAGES), "sparkfold_testbed"]
+ROLES = ["sparkfold", *(f"sparkfold_{stage}" for stage in STAGES), "sparkfold_testbed", "sparkfold_uninstall"]
 
 
 @pytest.mark.slow
@@ -44,7 +44,7 @@ def render_example(repo: Path, folder: Path) -> None:
 
 @pytest.mark.parametrize("inventory", ["inventory/example", "inventory/testbed"])
 @pytest.mark.parametrize(
-    "playbook", ["site.yml", *(f"playbooks/{s}.yml" for s in [*STAGES, "testbed", "teardown"])]
+    "playbook", ["site.yml", *(f"playbooks/{s}.yml" for s in [*STAGES, "testbed", "teardown", "uninstall"])]
 )
 def test_syntax_check(repo: Path, inventory: str, playbook: str) -> None:
     result = ansible(repo, "ansible-playbook", "-i", inventory, playbook, "--syntax-check")
