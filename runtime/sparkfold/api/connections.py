@@ -7,7 +7,8 @@ descriptor. An ASGI middleware cannot help: it runs only once the headers are pa
 whole. So :func:`bounded_protocol` subclasses uvicorn's httptools protocol (its parser callbacks
 are the one place that sees bytes before a request exists) and adds:
 
-- ``max_connections``: a connection past it is closed as soon as it is accepted;
+- ``max_connections``: a connection past it is closed as soon as it is accepted (held below the
+  descriptor limit, so a flood meets this refusal, not a failing ``accept``);
 - ``header_timeout_s``: the request line and headers must arrive within it (from the connection, or
   from a kept-alive request's first byte); otherwise the connection is closed;
 - ``max_header_bytes`` and ``max_headers``: past either, ``431`` and the connection is closed.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import resource
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +34,9 @@ __all__ = ["ConnectionLimits", "bounded_protocol"]
 
 log = logging.getLogger(__name__)
 
+FD_RESERVE = 128
+"""Descriptors kept for what is not a client: engine connections, logs, the listening socket."""
+
 
 @dataclass(frozen=True)
 class ConnectionLimits:
@@ -42,8 +47,17 @@ class ConnectionLimits:
 
     @classmethod
     def of(cls, api: ApiSettings) -> ConnectionLimits:
+        """From the settings; ``max_connections`` held below the process's descriptor limit, so
+        a flood is refused by the gateway instead of failing ``accept`` for everyone."""
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        usable = api.max_connections if soft == resource.RLIM_INFINITY else max(1, soft - FD_RESERVE)
+        if usable < api.max_connections:
+            log.warning(
+                "api.max_connections lowered to fit the descriptor limit (raise LimitNOFILE)",
+                extra={"max_connections": usable, "nofile": soft},
+            )
         return cls(
-            max_connections=api.max_connections,
+            max_connections=min(api.max_connections, usable),
             header_timeout_s=api.header_timeout_s,
             max_header_bytes=api.max_header_kib * 1024,
             max_headers=api.max_headers,
