@@ -173,6 +173,11 @@ class EngineService:
             return ApiError(400, "n must be 1 (this server returns one choice)", "n")
         if request.logprobs:
             return ApiError(400, "logprobs is not supported by this engine; remove it", "logprobs")
+        for penalty in ("frequency_penalty", "presence_penalty"):  # never silently ignored
+            if getattr(request, penalty, None):
+                return ApiError(
+                    400, f"{penalty} is not supported by this engine; leave it unset or 0", penalty
+                )
         extra = ignored_fields(request)
         if extra:
             log.info("ignored request fields", extra=ignored_summary(extra))
@@ -184,6 +189,8 @@ class EngineService:
             return error
         if self.glm is not None:
             return self._prepare_glm(request, self.glm)
+        if request.thinking_budget is not None:  # no reasoning to budget in a plain chat template
+            log.info("ignored request fields", extra=ignored_summary(["thinking_budget"]))
         try:  # a model without a vision tower refuses pictures rather than ignoring them
             require_vision(collect_media(request.messages), has_vision=False, model=self.served_name)
         except GlmError as exc:

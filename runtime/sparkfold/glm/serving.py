@@ -23,7 +23,7 @@ from sparkfold.glm.errors import MediaError
 from sparkfold.glm.media import MediaLimits, collect_media, load_media, require_vision, vision_inputs
 from sparkfold.glm.parser import OutputParser
 from sparkfold.glm.render import PromptRenderer, RenderedPrompt
-from sparkfold.glm.tokens import STOP_TOKENS
+from sparkfold.glm.tokens import STOP_TOKENS, THINK_END
 from sparkfold.protocol import Delta
 
 __all__ = ["GlmChat", "GlmTurn", "StreamParser", "is_glm_model"]
@@ -150,4 +150,11 @@ class GlmChat:
         constraint = constraint_from_request(request)
         if constraint is not None:
             turn.matcher = self.grammar.matcher(constraint, thinking=rendered.thinking)
+        budget = getattr(request, "thinking_budget", None)
+        if budget is not None and rendered.thinking:  # thinking off: nothing to budget
+            from sparkfold.glm.budget import ThinkingBudget
+
+            think_end = self.tokenizer.convert_tokens_to_ids(THINK_END)
+            vocab = self.vocab_size or len(self.tokenizer)
+            turn.matcher = ThinkingBudget(budget, int(think_end), vocab, inner=turn.matcher)
         return turn

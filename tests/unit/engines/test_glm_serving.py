@@ -144,3 +144,26 @@ def test_tokenize_answers_a_client_mistake_with_a_400(tiny: Path, body: dict[str
         assert response.status_code < 500, (path, response.text)
         if response.status_code != 200:
             assert response.json()["error"]["message"]
+
+
+def test_thinking_budget_reaches_the_generator_as_a_budget_on_the_reasoning(tiny: Path) -> None:
+    from sparkfold.glm.budget import ThinkingBudget
+
+    generator = ScriptedGlm(tiny, CALL)
+    client = sdk(generator)
+    client.chat.completions.create(model="glm", messages=ASK, extra_body={"thinking_budget": 16})
+    budget = generator.seen[0][1].constraint
+    assert isinstance(budget, ThinkingBudget) and budget.budget == 16
+    assert budget.think_end == generator.tokenizer.convert_tokens_to_ids("</think>")
+    client.chat.completions.create(
+        model="glm", messages=ASK, reasoning_effort="none", extra_body={"thinking_budget": 16}
+    )  # type: ignore[arg-type]
+    assert generator.seen[1][1].constraint is None  # thinking off: nothing to budget
+
+
+@pytest.mark.parametrize("penalty", ["frequency_penalty", "presence_penalty"])
+def test_penalties_are_refused_naming_the_field_not_ignored(fake: FakeGenerator, penalty: str) -> None:
+    client = TestClient(create_app(EngineService(fake, served_name="m", max_tokens=8)))  # type: ignore[arg-type]
+    refused = client.post("/v1/chat/completions", json={"messages": ASK, penalty: 0.5})
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == penalty
+    assert client.post("/v1/chat/completions", json={"messages": ASK, penalty: 0}).status_code == 200

@@ -134,3 +134,15 @@ def test_a_request_the_torch_generator_refuses_fails_alone(generator: Transforme
         asyncio.run(asyncio.wait_for(_collect(generator, [1, 2], params), timeout=20))
     assert generator.healthy()
     assert len(asyncio.run(_collect(generator, [1, 2], SamplingParams(max_tokens=3)))) == 3
+
+
+def test_a_thinking_budget_closes_the_reasoning_after_n_tokens(generator: TransformersGenerator) -> None:
+    from sparkfold.glm.budget import ThinkingBudget
+
+    baseline = asyncio.run(_collect(generator, [1, 2, 3], SamplingParams(max_tokens=6)))
+    think_end = next(t for t in range(64) if t not in baseline)  # a token the model would not pick
+    budget = ThinkingBudget(3, think_end, 64)
+    budgeted = asyncio.run(_collect(generator, [1, 2, 3], SamplingParams(max_tokens=6, constraint=budget)))
+    assert budgeted[:3] == baseline[:3]  # three reasoning tokens as the model chose them ...
+    assert budgeted[3] == think_end  # ... then </think>, forced
+    assert budget.spent == 3
