@@ -14,7 +14,7 @@ from local_head import ansible
 
 from sparkfold.config import engine_fingerprint, load
 
-STAGES = ["preflight", "fabric", "image", "weights", "runtime", "service", "verify"]
+STAGES = ["preflight", "fabric", "image", "weights", "runtime", "service", "verify", "router"]
 ROLES = ["sparkfold", *(f"sparkfold_{stage}" for stage in STAGES), "sparkfold_testbed", "sparkfold_uninstall"]
 
 
@@ -42,7 +42,7 @@ def render_example(repo: Path, folder: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("inventory", ["inventory/example", "inventory/testbed"])
+@pytest.mark.parametrize("inventory", ["inventory/example", "inventory/testbed", "inventory/fleet-example"])
 @pytest.mark.parametrize(
     "playbook", ["site.yml", *(f"playbooks/{s}.yml" for s in [*STAGES, "testbed", "teardown", "uninstall"])]
 )

@@ -138,6 +138,8 @@ def test_routes_smg_lacks_are_carried_by_the_front(fleet: Fleet) -> None:
         model="fake", messages=[{"role": "user", "content": "one two three"}]
     )
     assert counted.input_tokens > 0
+    reply = openai_client(fleet).responses.create(model="fake", input="hi", max_output_tokens=8)
+    assert reply.output_text.endswith(" says hi")
     metrics = httpx.get(fleet.url + "/metrics", headers=headers).text
     assert 'sparkfold_fleet_pair_in{pair="a"} 1' in metrics and "sparkfold_fleet_pairs_in 2" in metrics
     assert 'pair="b"' in metrics and 'pair="all"' in metrics and "\nsmg_" in metrics

@@ -34,3 +34,19 @@ def test_every_key_is_documented_in_its_section(repo: Path) -> None:
         if f"| `{key}` |" not in documented.get(section, "")
     ]
     assert not missing, f"undocumented in docs/configuration.md: {missing}"
+
+
+def test_every_fleet_key_is_documented_in_docs_fleet(repo: Path) -> None:
+    from sparkfold.fleet.settings import FrontSettings, PairSettings, RouterSettings
+
+    text = (repo / "docs/fleet.md").read_text()
+    headings = re.split(r"^### `\[+([a-z_]+)\]+`.*$", text, flags=re.M)
+    documented = {headings[i]: headings[i + 1] for i in range(1, len(headings), 2)}
+    found = {"front": FrontSettings, "router": RouterSettings, "pairs": PairSettings}
+    missing = [
+        f"[{section}] {key}"
+        for section, model in found.items()
+        for key in model.model_fields
+        if f"| `{key}` |" not in documented.get(section, "")
+    ]
+    assert not missing, f"undocumented in docs/fleet.md: {missing}"
