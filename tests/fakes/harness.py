@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -9,7 +11,15 @@ import httpx
 from sparkfold.api.app import App
 from sparkfold.config import Settings, parse
 
-__all__ = ["Running", "settings_for"]
+__all__ = ["Running", "settings_for", "until"]
+
+
+def until(predicate: Callable[[], Any], timeout: float = 10.0) -> None:
+    """Wait for ``predicate()`` to hold, polling; AssertionError after ``timeout`` (a bound, not a timing)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.02)
 
 
 class Running:

@@ -7,15 +7,13 @@ for a counter (``/health``), never for a length of time.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 from engine_procs import free_port, serving, write_config
-from tests.fakes.harness import settings_for
+from tests.fakes.harness import settings_for, until
 from tests.fakes.raw_client import RawClient
 from tests.fakes.scripted_engine import ServerThread
 
@@ -43,13 +41,6 @@ def pair(smol_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[t
             yield engine_url, gateway.url
 
 
-def until(predicate: Callable[[], Any], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.02)
-
-
 def running(engine_url: str) -> int:
     return int(httpx.get(engine_url + "/health").json()["requests_running"])
 
@@ -64,9 +55,9 @@ def test_every_queued_request_succeeds_after_a_cancel(pair: tuple[str, str]) -> 
         busy = [RawClient(port, "/v1/chat/completions", {**LONG, "stream": True}) for _ in range(2)]
         for client in busy:
             assert client.status() == 200
-        until(lambda: running(engine_url) == 2)
+        until(lambda: running(engine_url) == 2, timeout=60)
         queued = RawClient(port, "/v1/chat/completions", {**LONG, "stream": True, "max_tokens": 3})
-        until(lambda: httpx.get(gateway_url + "/health").json()["queue"]["length"] == 1)
+        until(lambda: httpx.get(gateway_url + "/health").json()["queue"]["length"] == 1, timeout=60)
         busy[0].close()  # its lane goes to the queued request at once
         reply = queued.read_until(b"data: [DONE]", timeout=120)
         queued.close()
@@ -75,7 +66,8 @@ def test_every_queued_request_succeeds_after_a_cancel(pair: tuple[str, str]) -> 
         until(
             lambda: (
                 running(engine_url) == 0 and httpx.get(gateway_url + "/health").json()["lanes"]["busy"] == 0
-            )
+            ),
+            timeout=60,
         )
     assert clean == 20
 
@@ -84,7 +76,7 @@ def test_an_abandoned_non_streamed_request_frees_its_lane_within_2_s(pair: tuple
     engine_url, gateway_url = pair
     port = int(gateway_url.rsplit(":", 1)[1])
     leaver = RawClient(port, "/v1/chat/completions", LONG)  # not streamed: nothing comes until the end
-    until(lambda: running(engine_url) == 1)
+    until(lambda: running(engine_url) == 1, timeout=60)
     leaver.close()
     until(lambda: running(engine_url) == 0, timeout=2)
     until(lambda: httpx.get(gateway_url + "/health").json()["lanes"]["busy"] == 0, timeout=2)

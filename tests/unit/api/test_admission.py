@@ -2,24 +2,17 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
 from tests.fakes.harness import Running
+from tests.fakes.harness import until as poll
 from tests.fakes.raw_client import RawClient
 from tests.fakes.scripted_engine import Script, ScriptedEngine
 
 CHAT = {"model": "fake", "messages": [{"role": "user", "content": "x"}], "stream": True}
-
-
-def poll(predicate: Callable[[], Any], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.02)
 
 
 def chat_requests(fake: ScriptedEngine) -> int:

@@ -7,12 +7,10 @@ a length of time.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
-from typing import Any
 
 import httpx
-from tests.fakes.harness import Running
+from tests.fakes.harness import Running, until
 from tests.fakes.raw_client import RawClient
 from tests.fakes.scripted_engine import Script, ScriptedEngine
 
@@ -25,13 +23,6 @@ WEATHER = {
         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
     },
 }
-
-
-def until(predicate: Callable[[], Any], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.02)
 
 
 def port_of(gateway: Running) -> int:
