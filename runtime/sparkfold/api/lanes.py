@@ -104,7 +104,8 @@ class Lanes:
 
 
 async def at_the_head(attempt: Callable[[], Awaitable[T]], patience_s: float = CAPACITY_PATIENCE_S) -> T:
-    """``attempt()``, asked again while the engine refuses it for want of a lane.
+    """``attempt()``, asked again while the engine refuses it for want of a lane (its 503
+    ``capacity``, or the 429 of an engine with a queue of its own that is full).
 
     The request keeps the lane the gateway gave it, so it stays at the head of the queue: the
     engine is only behind (a job whose client just left is not reaped yet), and nobody behind
@@ -117,7 +118,7 @@ async def at_the_head(attempt: Callable[[], Awaitable[T]], patience_s: float = C
     while True:
         try:
             return await attempt()
-        except EngineAtCapacity:
+        except (EngineAtCapacity, Overloaded):  # from the engine: ``attempt`` never queues here
             if loop.time() + pause > give_up:
                 raise
             log.info("the engine is behind the gateway's lanes; asking again in %.2f s", pause)

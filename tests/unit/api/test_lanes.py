@@ -33,14 +33,14 @@ def test_a_capacity_refusal_goes_back_to_the_head_of_the_queue(
     start_gateway: Callable[..., Running], fake: ScriptedEngine
 ) -> None:
     gateway = start_gateway(parallel=1)
-    fake.queue(Script(status=503, code="capacity"), Script(status=503, code="capacity"))
+    fake.queue(Script(status=503, code="capacity"), Script(status=429))
     for stream in (False, True):
         fake.queue(Script(status=503, code="capacity"))
         reply = gateway.http.post("/v1/chat/completions", json={**STREAM, "stream": stream})
         assert reply.status_code == 200, reply.text
         assert b"error" not in reply.content
     chats = [r for r in fake.requests if r["path"] == "/v1/chat/completions"]
-    assert len(chats) == 6  # four refusals, each asked again
+    assert len(chats) == 6  # four refusals (503 capacity, or the engine's own queue full), each asked again
 
 
 def test_an_abandoned_non_streamed_request_frees_its_lane(
