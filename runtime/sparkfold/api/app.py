@@ -139,7 +139,7 @@ class App:
             completion=CompletionServing(
                 engine=engine, metrics=metrics, keepalive_s=api.keepalive_s, served_name=served
             ),
-            utility=UtilityServing(engine=engine, served_name=served),
+            utility=UtilityServing(engine=engine, served_name=served, limits=chat.limits),
             messages=MessagesServing(chat=chat, engine=engine),
             responses=ResponsesServing(
                 chat=chat,

@@ -176,3 +176,16 @@ def test_the_first_token_may_take_longer_than_the_silence_between_tokens(
     with httpx.stream("POST", gateway.url + "/v1/chat/completions", json=STREAM, timeout=30) as reply:
         text = b"".join(reply.iter_bytes())
     assert b'"error"' in text and b"stopped sending" in text
+
+
+def test_tokenize_is_held_to_the_same_picture_limits(
+    start_gateway: Callable[..., Running], fake: ScriptedEngine
+) -> None:
+    gateway = start_gateway(max_images=1)
+    picture = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    reply = gateway.http.post(
+        "/tokenize", json={"messages": [{"role": "user", "content": [picture, picture]}]}
+    )
+    assert reply.status_code == 400, reply.text
+    assert reply.json()["error"]["param"] == "messages[0].content[1].image_url"
+    assert not [r for r in fake.requests if r["path"] == "/tokenize"]

@@ -259,9 +259,10 @@ class CompletionServing:
 class UtilityServing:
     """Models and the tokenizer routes: checked, then answered by the engine."""
 
-    def __init__(self, *, engine: Engine, served_name: str) -> None:
+    def __init__(self, *, engine: Engine, served_name: str, limits: MediaLimits | None = None) -> None:
         self.engine = engine
         self.served_name = served_name
+        self.limits = limits
 
     async def models(self) -> dict[str, Any] | ApiError:
         try:
@@ -272,6 +273,10 @@ class UtilityServing:
     async def tokenize(self, request: TokenizeRequest, call: CallContext) -> dict[str, Any] | ApiError:
         if (request.prompt is None) == (request.messages is None):
             return ClientError("give exactly one of prompt or messages", param="prompt")
+        if request.messages is not None and self.limits is not None:  # bounded like a generating request
+            refused = check_media(request.messages, self.limits)
+            if refused is not None:
+                return refused
         log_ignored(request, call)
         try:
             return await self.engine.post_json("/tokenize", _known_fields(request))
