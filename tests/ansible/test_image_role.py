@@ -5,8 +5,11 @@ recorded on the control host, and a tag that moved stops the build in words."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -40,12 +43,26 @@ def tensorfold(tmp_path: Path) -> tuple[Path, str]:
     return source, commit_and_tag(source, "v0.6.0")
 
 
+def install_sparkfold(repo: Path, folder: Path) -> Path:
+    """``<folder>/venv/bin/sparkfold`` running this checkout's runtime, as the node's venv would."""
+    script = folder / "venv/bin/sparkfold"
+    script.parent.mkdir(parents=True)
+    script.write_text(
+        f"#!/bin/sh\nPYTHONPATH={repo / 'runtime'} exec {sys.executable} -c "
+        "'from sparkfold.cli import main; main()' \"$@\"\n"
+    )
+    script.chmod(0o755)
+    return folder
+
+
 @pytest.fixture
-def pair(tmp_path: Path, tensorfold: tuple[Path, str]) -> Path:
-    """A one-node inventory (the head, local connection, tp 1) with its own cache folder."""
+def pair(repo: Path, tmp_path: Path, tensorfold: tuple[Path, str]) -> Path:
+    """A one-node inventory (the head, local connection, tp 1) with its own cache and settings folders."""
     write_inventory(
         tmp_path,
         sparkfold_cache_dir=str(tmp_path / "cache"),
+        sparkfold_config_dir=str(tmp_path / "etc"),
+        sparkfold_install_dir=str(install_sparkfold(repo, tmp_path / "install")),
         sparkfold_image_tensorfold_repo=str(tensorfold[0]),
         sparkfold_image_tensorfold_commit=tensorfold[1],
     )
@@ -146,3 +163,83 @@ def test_a_tag_that_moved_from_the_inventory_pin_stops_the_build(
     assert f"now points to {moved}, not the pinned {commit} (sparkfold_image_tensorfold_commit)" in words
     assert f'set sparkfold_image_tensorfold_commit: "{moved}"' in words
     assert label(pair) is None
+
+
+PATCH = (
+    "--- tensorfold/engine.py\n+++ tensorfold/engine.py\n@@ -1,2 +1,2 @@\n-WINDOW = 2051\n+WINDOW = 1048576\n"
+    " LANES = 1\n"
+)
+
+
+@pytest.fixture
+def series(tmp_path: Path) -> tuple[Path, str, str]:
+    """A repository holding patches/0001-window.patch at a commit: (repo, commit, the file's sha256)."""
+    where = tmp_path / "recipe"
+    (where / "patches").mkdir(parents=True)
+    (where / "patches/0001-window.patch").write_text(PATCH)
+    git(where, "init", "-q")
+    git(where, "add", ".")
+    git(where, "commit", "-q", "-m", "series")
+    return where, git(where, "rev-parse", "HEAD"), hashlib.sha256(PATCH.encode()).hexdigest()
+
+
+def series_ref(source: Path, commit: str, digest: str | None) -> str:
+    files = [] if digest is None else [{"name": "0001-window.patch", "sha256": digest}]
+    ref = {"repo": str(source), "commit": commit, "files": files, "supports": ["parallel", "kv_fp8"]}
+    return json.dumps({"sparkfold_image_series_ref": ref, "sparkfold_image_extras": ["av==18.1.0"]})
+
+
+@pytest.mark.slow
+def test_an_external_series_is_fetched_verified_and_built_with_the_recipes_label(
+    repo: Path, pair: Path, series: tuple[Path, str, str]
+) -> None:
+    source, commit, digest = series
+    first = play(repo, pair, "-e", series_ref(source, commit, digest))
+    assert first.returncode == 0, first.stdout + first.stderr
+    dockerfile = (pair / "cache/image-build/Dockerfile").read_text()
+    assert "apply_series.py /opt/sparkfold-build/external/series /opt/tensorfold/src" in dockerfile
+    assert (pair / "cache/image-build/external/0001-window.patch").read_text() == PATCH
+    shell = subprocess.run(
+        [
+            "bash",
+            "-c",
+            '{ cat "$1"/patches/*.patch; echo "av==18.1.0"; } | sha256sum | cut -c1-12',
+            "_",
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert f'tf.patches="{shell}"' in dockerfile
+    profile = (pair / "etc/tensorfold-image.toml").read_text()
+    assert 'supports = ["kv_fp8", "parallel"]' in profile and f"{source}@{commit}" in profile
+    again = play(repo, pair, "-e", series_ref(source, commit, digest))
+    assert again.returncode == 0 and "changed=0" in recap(again), again.stdout
+
+
+@pytest.mark.slow
+def test_a_tampered_series_file_stops_the_build_naming_it(
+    repo: Path, pair: Path, series: tuple[Path, str, str]
+) -> None:
+    source, commit, _ = series
+    failed = play(repo, pair, "-e", series_ref(source, commit, "0" * 64))
+    assert failed.returncode != 0
+    words = " ".join(failed.stdout.split())
+    assert "the external series is refused: 0001-window.patch of" in words
+    assert f"not the pinned {'0' * 64}" in words
+    assert label(pair) is None and not (pair / "docker/calls").read_text().count("build ")
+
+
+@pytest.mark.slow
+def test_an_unpinned_series_is_recorded_and_then_held(
+    repo: Path, pair: Path, series: tuple[Path, str, str]
+) -> None:
+    source, commit, digest = series
+    first = play(repo, pair, "-e", series_ref(source, commit, None))
+    assert first.returncode == 0, first.stdout + first.stderr
+    record = pair / "control/pins" / pair.name / f"series-{commit}.yml"
+    assert digest in record.read_text()
+    assert "copy them into the inventory" in " ".join(first.stdout.split())
+    again = play(repo, pair, "-e", series_ref(source, commit, None))
+    assert again.returncode == 0 and "changed=0" in recap(again), again.stdout

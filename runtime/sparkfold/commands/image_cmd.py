@@ -71,9 +71,31 @@ def hash_(
     except (PatchError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:
-        echo_json({"label": LABEL, "hash": digest, "patches": [p.name for p in series.patches]})
+        echo_json(
+            {
+                "label": LABEL,
+                "hash": digest,
+                "patches": [p.name for p in series.patches],
+                "supports": _supports(series_file),
+            }
+        )
     else:
         click.echo(digest)
+
+
+def _supports(series_file: str) -> list[str]:
+    """The features the series' ``profile.toml`` (beside the series file) declares; none without one."""
+    from pathlib import Path
+
+    from sparkfold.engines.tensorfold_profile import ProfileError, load_profile
+
+    path = Path(series_file).parent / "profile.toml"
+    if not path.exists():
+        return []
+    try:
+        return sorted(load_profile(path).supports)
+    except ProfileError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 @command.command("apply")
@@ -195,13 +217,14 @@ def fetch(
 @click.option(
     "--tag", metavar="NAME", required=True, help="The local tag to give it (engine.tensorfold.image)."
 )
+@click.option("--check", is_flag=True, help="Only say whether a pull is due; pull nothing.")
 @json_option
-def pull(ref: str, expected: str, tag: str, as_json: bool) -> None:
+def pull(ref: str, expected: str, tag: str, check: bool, as_json: bool) -> None:
     """Pull a published engine image by digest; accept it only when its tf.patches label matches."""
     from sparkfold.image.published import PublishedImageRefused, pull_published
 
     try:
-        done = pull_published(ref, label=expected, tag=tag)
+        done = pull_published(ref, label=expected, tag=tag, check=check)
     except PublishedImageRefused as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:
@@ -209,5 +232,5 @@ def pull(ref: str, expected: str, tag: str, as_json: bool) -> None:
             {"ok": True, "ref": done.ref, "tag": done.tag, "label": done.label, "changed": done.changed}
         )
     else:
-        state = "pulled and tagged" if done.changed else "already current"
+        state = ("would pull" if check else "pulled and tagged") if done.changed else "already current"
         click.echo(f"{tag}: {state} ({ref}, tf.patches={done.label})")

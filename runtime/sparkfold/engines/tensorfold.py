@@ -395,8 +395,9 @@ def docker_remove_argv(settings: Settings) -> list[str]:
 
 
 def image_label_argv(settings: Settings) -> list[str]:
-    """Reads the image's series hash label (:data:`sparkfold.image.patches.LABEL`)."""
-    template = "{{index .Config.Labels " + f'"{LABEL}"' + "}}"
+    """Reads the image's series hash label (:data:`sparkfold.image.patches.LABEL`), then the
+    reference recipe's ``tf.patches`` (a published recipe image carries only that one)."""
+    template = "{{index .Config.Labels " + f'"{LABEL}"' + '}} {{index .Config.Labels "tf.patches"}}'
     return [DOCKER, "image", "inspect", "--format", template, settings.engine.tensorfold.image]
 
 

@@ -50,6 +50,9 @@ KILL_GRACE_S = 10.0
 def image_key(settings: Settings, env: Mapping[str, str] | None = None) -> str | None:
     """The engine image's series hash (12 hex digits) for naming its kernel cache; None if unknown.
 
+    An image without sparkfold's label (the reference recipe's published image) is named by its
+    ``tf.patches`` label, as the recipe names its kernel cache.
+
     Unknown: the host launcher, no such image, no label, or docker not answering. The caller then
     passes None to :func:`~sparkfold.engines.tensorfold.launch_plan`, which names the cache
     folder after the image reference instead.
@@ -67,10 +70,13 @@ def image_key(settings: Settings, env: Mapping[str, str] | None = None) -> str |
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
-    label = result.stdout.strip()
-    if result.returncode != 0 or not re.fullmatch(r"[0-9a-f]{64}", label):
+    if result.returncode != 0:
         return None
-    return label[:12]
+    labels = result.stdout.split()
+    if labels and re.fullmatch(r"[0-9a-f]{64}", labels[0]):
+        return labels[0][:12]
+    recipe = labels[-1] if labels else ""  # a published recipe image: its tf.patches label
+    return recipe if re.fullmatch(r"[0-9a-f]{12}", recipe) else None
 
 
 class RankStartError(RuntimeError):

@@ -1,1 +1,3 @@
-"""The engine image: the TensorFold source at a pinned ref plus our patch series (``patches``)."""
+"""The engine image: the TensorFold source at a pinned ref plus patch series (``patches``), an
+external series by reference (``external``), the reference recipe's label and published images
+(``published``)."""

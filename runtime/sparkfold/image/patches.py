@@ -18,7 +18,8 @@ pinned source wants). Before anything is written:
   quotes git. Nothing was written, so the tree is as it was.
 
 :func:`series_hash` is the image label (:data:`LABEL`): sha256 over the base image, the TensorFold
-ref, the ordered series (each patch's name, strip level and content hash) and the pip extras.
+ref, the ordered series (each patch's name, strip level and content hash), the pip extras and, when
+one is applied first, an external series' source and digests (:mod:`sparkfold.image.external`).
 It follows content: a changed patch, order, strip level, base, ref or extra changes it; a comment
 in ``series`` does not.
 """

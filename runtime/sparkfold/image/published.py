@@ -85,10 +85,11 @@ def _label(image: dict[str, Any] | None) -> str:
     return str(labels.get(RECIPE_LABEL, ""))
 
 
-def pull_published(ref: str, *, label: str, tag: str, run: Run = _docker) -> Pulled:
+def pull_published(ref: str, *, label: str, tag: str, run: Run = _docker, check: bool = False) -> Pulled:
     """Make ``tag`` the published image ``ref`` (by digest), accepted only with ``tf.patches=label``.
 
-    Nothing is pulled when ``tag`` already is that image (its digest and label match).
+    Nothing is pulled when ``tag`` already is that image (its digest and label match). ``check``
+    only says whether a pull is due (``changed``), pulling nothing.
     """
     pinned = _PINNED.match(ref)
     if pinned is None:
@@ -101,6 +102,8 @@ def pull_published(ref: str, *, label: str, tag: str, run: Run = _docker) -> Pul
     digests = [str(d) for d in (current or {}).get("RepoDigests") or []]
     if _label(current) == label and any(d.endswith("@" + pinned["digest"]) for d in digests):
         return Pulled(ref, tag, label, changed=False)
+    if check:
+        return Pulled(ref, tag, label, changed=True)
     done = run(["docker", "pull", ref])
     if done.returncode != 0:
         detail = (done.stderr.strip().splitlines() or ["no message"])[-1]

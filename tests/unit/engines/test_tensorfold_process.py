@@ -188,6 +188,8 @@ def test_image_key_is_the_series_label(repo: Path, tmp_path: Path, env: dict[str
     label = "ab" * 32
     assert image_key(settings, env | {"FAKE_DOCKER_LABEL": label}) == "ab" * 6
     assert image_key(settings, env) is None  # no label: docker prints <no value>
+    recipe = env | {"FAKE_DOCKER_LABEL": "<no value> a1897d591f70"}  # the recipe's published image
+    assert image_key(settings, recipe) == "a1897d591f70"
     assert image_key(settings, env | {"FAKE_DOCKER_NO_IMAGE": settings.engine.tensorfold.image}) is None
     host = settings_for(repo, tmp_path, "head", launcher="host")
     assert image_key(host, env | {"FAKE_DOCKER_LABEL": label}) is None

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from sparkfold.cli import main
-from sparkfold.config import ConfigError, Settings, load, parse
+from sparkfold.config import ConfigError, Settings, engine_fingerprint, load, parse
 from sparkfold.engines.tensorfold import FabricFacts, launch_plan
 from sparkfold.engines.tensorfold_process import RankStartError
 from sparkfold.engines.tensorfold_profile import STOCK, ProfileError, load_profile, refusals
@@ -142,3 +142,9 @@ def test_a_bad_profile_is_named(tmp_path: Path) -> None:
         load_profile(profile)
     with pytest.raises(ProfileError, match="cannot read the image profile"):
         load_profile(tmp_path / "missing.toml")
+
+
+def test_the_recipe_pair_shares_one_engine_section(repo: Path) -> None:
+    head, worker = load(recipe(repo, "head")), load(recipe(repo, "worker"))
+    assert engine_fingerprint(head) == engine_fingerprint(worker)
+    assert (head.api.parallel, head.api.max_queued) == (4, 16), "the gateway's lanes follow the engine"

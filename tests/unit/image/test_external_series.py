@@ -156,7 +156,7 @@ FAKES = Path(__file__).resolve().parents[2] / "fakes"
 REF = "registry.test/miaai-lab/glm-5.3-flash-exl3-2x-dgx-sparks-tensorfold@sha256:" + "bc34" * 16
 
 
-def pull(tmp_path: Path, label: str, published: str) -> subprocess.CompletedProcess[str]:
+def pull(tmp_path: Path, label: str, published: str, *more: str) -> subprocess.CompletedProcess[str]:
     env = {
         **os.environ,
         "PATH": f"{FAKES}:{os.environ['PATH']}",
@@ -165,7 +165,7 @@ def pull(tmp_path: Path, label: str, published: str) -> subprocess.CompletedProc
         "PYTHONPATH": os.pathsep.join(sys.path),
     }
     argv = [sys.executable, "-c", "from sparkfold.cli import main; main()", "image", "pull"]
-    argv += ["--ref", REF, "--label", label, "--tag", "sparkfold-tensorfold:v0.6.0-recipe", "--json"]
+    argv += ["--ref", REF, "--label", label, "--tag", "sparkfold-tensorfold:v0.6.0-recipe", "--json", *more]
     return subprocess.run(argv, env=env, capture_output=True, text=True, check=False, timeout=60)
 
 
@@ -177,6 +177,10 @@ def test_a_published_image_with_another_label_is_refused(tmp_path: Path) -> None
     assert "sparkfold-tensorfold:v0.6.0-recipe is left as it was" in words
     calls = (tmp_path / "calls.jsonl").read_text()
     assert '"pull"' in calls and '"tag"' not in calls
+
+    check = pull(tmp_path, "a1897d591f70", "a1897d591f70", "--check")
+    assert check.returncode == 0 and json.loads(check.stdout)["changed"] is True
+    assert (tmp_path / "calls.jsonl").read_text().count('"pull"') == 1, "a check pulls nothing"
 
     accepted = pull(tmp_path, "a1897d591f70", "a1897d591f70")
     assert accepted.returncode == 0, accepted.stderr
