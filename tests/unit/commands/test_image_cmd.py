@@ -26,6 +26,7 @@ def test_hash_of_the_shipped_series(repo: Path) -> None:
         "hash": digest,
         "label": "org.sparkfold.tensorfold.series",
         "patches": [],
+        "supports": [],  # patches/tensorfold/v0.6.0/profile.toml: stock, nothing
     }
     other = runner.invoke(main, ["image", "hash", "--series", series, *BASE, "--extra", "av==18.2.0"])
     assert other.output.strip() != digest
