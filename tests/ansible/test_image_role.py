@@ -243,3 +243,23 @@ def test_an_unpinned_series_is_recorded_and_then_held(
     assert "copy them into the inventory" in " ".join(first.stdout.split())
     again = play(repo, pair, "-e", series_ref(source, commit, None))
     assert again.returncode == 0 and "changed=0" in recap(again), again.stdout
+
+
+PUBLISHED = "registry.test/miaai-lab/glm-5.3-flash-exl3-2x-dgx-sparks-tensorfold@sha256:" + "bc34" * 16
+
+
+@pytest.mark.slow
+def test_the_published_image_is_pulled_only_with_its_label(repo: Path, pair: Path) -> None:
+    pinned = json.dumps(
+        {"sparkfold_image_registry_ref": PUBLISHED, "sparkfold_image_published_label": "a1897d591f70"}
+    )
+    refused = play(repo, pair, "-e", pinned, FAKE_PULL_LABEL="0123456789ab")
+    assert refused.returncode != 0
+    words = " ".join(refused.stdout.split())
+    assert f"{PUBLISHED} carries tf.patches=0123456789ab, not a1897d591f70" in words
+    assert label(pair) is None, "a refused image is never tagged"
+    accepted = play(repo, pair, "-e", pinned, FAKE_PULL_LABEL="a1897d591f70")
+    assert accepted.returncode == 0, accepted.stdout + accepted.stderr
+    assert label(pair) == "a1897d591f70"
+    again = play(repo, pair, "-e", pinned, FAKE_PULL_LABEL="a1897d591f70")
+    assert again.returncode == 0 and "changed=0" in recap(again), again.stdout
