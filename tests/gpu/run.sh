@@ -10,7 +10,9 @@
 # (a -k expression: "tp2 or video"), PYTEST_ARGS adds pytest options; MODEL_DIR reuses a
 # converted model, BENCH_ARGS adds benchmark options ("--levels 8,16 --rounds 2"); each step has
 # its own time limit. bench-large writes the ~2.1B bench-size
-# fixture on the GPU and benchmarks it unconverted (bf16).
+# fixture on the GPU and benchmarks it unconverted (bf16); bench-large2 runs the same benchmark a
+# second time (two runs that must agree); profile profiles the bench-size fixture
+# (tests/bench/exllamav3_profile.py: GPU-busy share, py-spy of the server; PROFILE_ARGS).
 set -uo pipefail
 OUT=${1:?usage: tests/gpu/run.sh OUT_DIR}
 WHEELS=${WHEELS:-.whl}
@@ -29,7 +31,7 @@ if compgen -G "$WHEELS/*.whl" >/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
     "$WHEELS"/*.whl >>"$OUT/run.log" 2>&1 || { log "wheel install failed"; exit 1; }
 fi
-export PYTHONPATH=$PWD/runtime:$PWD:/tmp/site
+export PYTHONPATH=$PWD/runtime:$PWD:/tmp/site PATH=/tmp/site/bin:$PATH  # carried tools (py-spy)
 if [ -f "$EXT_DIR/exllamav3_ext.so" ]; then
   log "using the carried extension build $EXT_DIR"
   export PYTHONPATH=$PYTHONPATH:$(cd "$EXT_DIR" && pwd)
@@ -48,7 +50,9 @@ if [ -n "$built" ]; then
 fi
 
 MODEL=${MODEL_DIR:-$WORK/tiny-glm-exl3}  # MODEL_DIR: a carried conversion (skips ~110 s)
-if [ ! -f "$MODEL/config.json" ]; then
+needs_tiny=0
+for step in $STEPS; do case $step in tests|bench) needs_tiny=1 ;; esac; done
+if [ "$needs_tiny" = 1 ] && [ ! -f "$MODEL/config.json" ]; then
   log "writing and converting the decisive tiny GLM-5.3-Flash"
   python3 -m sparkfold.testing.tiny_glm "$WORK/tiny-glm" --decisive >>"$OUT/convert.log" 2>&1 &&
   timeout 400 python3 -m exllamav3.conversion.convert_model -i "$WORK/tiny-glm" -o "$MODEL" \
@@ -67,14 +71,22 @@ for step in $STEPS; do
       log "benchmark"
       timeout "${BENCH_TIMEOUT:-240}" python3 tests/bench/exllamav3_bench.py "$MODEL" --json "$OUT/bench.json" ${BENCH_ARGS:-} \
         2>&1 | tee "$OUT/bench.log" | tail -20 || rc=1 ;;
-    bench-large)
-      log "writing the bench-size fixture (bf16, on the GPU)"
+    bench-large|bench-large2|profile)
       LARGE=$WORK/bench-glm
-      [ -f "$LARGE/config.json" ] || timeout 200 python3 -m sparkfold.testing.tiny_glm "$LARGE" --size bench \
-        >>"$OUT/bench-large.log" 2>&1 || { log "writing it failed (bench-large.log)"; rc=1; continue; }
-      log "benchmark, bench-size fixture"
+      if [ ! -f "$LARGE/config.json" ]; then
+        log "writing the bench-size fixture (bf16, on the GPU)"
+        timeout 200 python3 -m sparkfold.testing.tiny_glm "$LARGE" --size bench >>"$OUT/bench-large.log" 2>&1 ||
+          { log "writing it failed (bench-large.log)"; rc=1; continue; }
+      fi
+      if [ "$step" = profile ]; then
+        log "profile, bench-size fixture"
+        timeout "${PROFILE_TIMEOUT:-300}" python3 tests/bench/exllamav3_profile.py "$LARGE" "$OUT/profile" \
+          ${PROFILE_ARGS:-} 2>&1 | tee "$OUT/profile.log" | tail -30 || rc=1
+        continue
+      fi
+      log "benchmark ($step), bench-size fixture"
       timeout "${BENCH_LARGE_TIMEOUT:-240}" python3 tests/bench/exllamav3_bench.py "$LARGE" \
-        --json "$OUT/bench-large.json" ${BENCH_ARGS:-} 2>&1 | tee -a "$OUT/bench-large.log" | tail -20 || rc=1 ;;
+        --json "$OUT/$step.json" ${BENCH_ARGS:-} 2>&1 | tee -a "$OUT/$step.log" | tail -20 || rc=1 ;;
   esac
 done
 log "done rc=$rc"

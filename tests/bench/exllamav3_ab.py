@@ -1,0 +1,154 @@
+"""Does the engine server's generator configuration, or its plumbing, cost the throughput?
+
+exllamav3's loop driven directly, in one process, on one model, three ways, measured in
+interleaved rounds (the same kind of jobs as ``exllamav3_bench.py``, new prompts every round):
+
+- ``default``: ``Generator(model, cache, tokenizer, max_batch_size=16)``, jobs as the direct side
+  of ``exllamav3_bench.py`` builds them;
+- ``server-config``: the generator built with the engine server's keyword arguments at its
+  defaults (``max_chunk_size=2048``, ``prefill_cooldown=0``, ``shared_chunk_size=2048``,
+  ``recurrent_cache_size`` 4 GiB), same jobs;
+- ``server-jobs``: that generator, and jobs built as the server builds them (``seed``,
+  ``decode_special_tokens=True``);
+- ``loop-thread``: the default generator, and every token handed to an asyncio event loop in a
+  second thread (``call_soon_threadsafe`` per token, as the server's engine thread hands tokens to
+  its HTTP side) that encodes an SSE chunk for it: the shared interpreter without HTTP.
+
+If ``server-config`` or ``server-jobs`` loses against ``default`` what the server loses against the
+direct loop, the cost is in the configuration, not in HTTP, threads or the GIL.
+
+    python tests/bench/exllamav3_ab.py MODEL_DIR [--levels 4,8] [--tokens 256] [--rounds 3] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.bench.server_vs_direct import GeneratorLoop, prompts
+
+POOL_TOKENS = 65_536
+GIB = 1 << 30
+
+
+class Variant(GeneratorLoop):
+    def __init__(self, exl: Any, torch: Any, generator: Any, hf: Any, job_kwargs: dict[str, Any]) -> None:
+        super().__init__(exl, torch, generator, hf)
+        self.job_kwargs = job_kwargs
+
+    def round(self, texts: list[str], tokens: int) -> dict[str, float]:
+        job = self.exl.Job
+        self.exl.Job = lambda *a, **k: job(*a, **(k | self.job_kwargs))  # type: ignore[misc]
+        try:
+            return super().round(texts, tokens)
+        finally:
+            self.exl.Job = job
+
+
+class LoopThread(GeneratorLoop):
+    """The default loop, with each token handed to an event loop in another thread."""
+
+    def __init__(self, exl: Any, torch: Any, generator: Any, hf: Any) -> None:
+        super().__init__(exl, torch, generator, hf)
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, daemon=True).start()
+        self.sent = 0
+
+    def _encode(self, token: int, text: str) -> None:
+        chunk = {
+            "id": "cmpl",
+            "object": "text_completion",
+            "choices": [{"index": 0, "text": text, "token": token}],
+        }
+        self.sent += len(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+
+    def round(self, texts: list[str], tokens: int) -> dict[str, float]:
+        exl, torch = self.exl, self.torch
+        jobs = [
+            exl.Job(
+                torch.tensor([self.hf.encode(t)], dtype=torch.long),
+                max_new_tokens=tokens,
+                sampler=exl.ArgmaxSampler(),
+                stop_conditions=[],
+            )
+            for t in texts
+        ]
+        started = time.perf_counter()
+        generated = 0
+        self.generator.enqueue(jobs)
+        while self.generator.num_remaining_jobs():
+            for result in self.generator.iterate():
+                ids = result.get("token_ids")
+                if ids is not None and ids.numel():
+                    generated += int(ids.numel())
+                    for token in ids.flatten().tolist():
+                        self.loop.call_soon_threadsafe(self._encode, token, result.get("text") or "")
+        return {"tok_s": generated / (time.perf_counter() - started), "ttft_s": 0.0}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model", type=Path)
+    parser.add_argument("--levels", default="4,8")
+    parser.add_argument("--tokens", type=int, default=256)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--only", default="", help="comma-separated variants (default: all)")
+    args = parser.parse_args()
+    import exllamav3 as exl
+    import torch
+    from transformers import AutoTokenizer
+
+    config = exl.Config.from_directory(str(args.model))
+    model = exl.Model.from_config(config)
+    caches = [exl.Cache(model, max_num_tokens=POOL_TOKENS, max_batch_size=16) for _ in range(2)]
+    model.load(max_batch_size=16, max_chunk_size=2048)
+    tok = exl.Tokenizer.from_config(config)
+    hf = AutoTokenizer.from_pretrained(str(args.model))
+    plain = exl.Generator(model, caches[0], tok, max_batch_size=16)
+    server_kwargs = {
+        "max_batch_size": 16,
+        "max_chunk_size": 2048,
+        "prefill_cooldown": 0,
+        "shared_chunk_size": 2048,
+        "recurrent_cache_size": 4 * GIB,
+    }
+    served = exl.Generator(model=model, cache=caches[1], tokenizer=tok, **server_kwargs)
+    variants = {
+        "default": Variant(exl, torch, plain, hf, {}),
+        "server-config": Variant(exl, torch, served, hf, {}),
+        "server-jobs": Variant(exl, torch, served, hf, {"seed": 0, "decode_special_tokens": True}),
+        "loop-thread": LoopThread(exl, torch, plain, hf),
+    }
+    if args.only:
+        variants = {name: loop for name, loop in variants.items() if name in args.only.split(",")}
+    result: dict[str, Any] = {}
+    for level in [int(n) for n in args.levels.split(",")]:
+        for name, loop in variants.items():
+            loop.round(prompts(level, f"warm-{name}-{level}"), 16)
+        rates: dict[str, list[float]] = {name: [] for name in variants}
+        for r in range(args.rounds):
+            for name, loop in variants.items():
+                rates[name].append(loop.round(prompts(level, f"{name}-{level}-{r}"), args.tokens)["tok_s"])
+        result[str(level)] = {
+            name: {"median": statistics.median(v), "rounds": v} for name, v in rates.items()
+        }
+        base = result[str(level)]["default"]["median"]
+        cells = ", ".join(
+            f"{n} {d['median']:.0f} ({d['median'] / base:.2f})" for n, d in result[str(level)].items()
+        )
+        print(f"{level} concurrent: {cells}", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
