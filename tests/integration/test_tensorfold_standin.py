@@ -218,7 +218,12 @@ def test_gateway_lanes_follow_an_engine_with_parallel_4() -> None:
             sixth = client.post("/v1/chat/completions", json=CHAT)
             assert sixth.status_code == 429 and int(sixth.headers["retry-after"]) > 0
             health = client.get("/health").json()
-            assert health["lanes"] == {"total": 4, "busy": 4, "free": 0}
+            assert {key: health["lanes"][key] for key in ("total", "busy", "free")} == {
+                "total": 4,
+                "busy": 4,
+                "free": 0,
+            }
+            assert health["lanes"]["engine_busy"] == 4  # the engine's own count, from its /health
             assert health["engine"]["streams"] == {"decoding": 4, "filling": 0, "paused": 0}
             assert health["engine"]["pool_tokens"] == 2_922_496 and "kept_prompts" in health["engine"]
             assert "drafted_total" in health["engine"] and "kept_bytes_cap" in health["engine"]
