@@ -170,6 +170,10 @@ class Probe:
 # --- fuzz ------------------------------------------------------------------------------------------
 
 
+class _OutOfTime(BaseException):
+    """Raised in a case past ``--budget-s``: a BaseException, so hypothesis stops without shrinking."""
+
+
 def _fuzz_operation(
     operation: Any, http: httpx.Client, gateway: Gateway, args: argparse.Namespace, deadline: float
 ) -> dict[str, Any]:
@@ -192,7 +196,7 @@ def _fuzz_operation(
         )
         def exercise(case: schemathesis.Case) -> None:
             if not gateway.alive() or time.monotonic() > deadline:
-                return
+                raise _OutOfTime
             kwargs = case.as_transport_kwargs(base_url=gateway.url)
             data = kwargs.get("data")
             try:
@@ -204,6 +208,8 @@ def _fuzz_operation(
                     json=kwargs.get("json"),
                     content=data if isinstance(data, bytes | str) else None,
                 )
+            except httpx.LocalProtocolError:  # a generated header httpx will not send: nothing was sent
+                return
             except httpx.TimeoutException:
                 counts["hangs"] += 1
                 return
@@ -215,7 +221,7 @@ def _fuzz_operation(
             if response.status_code >= 500 and len(samples) < 3:
                 samples.append(f"{response.status_code} {response.text[:160]}")
 
-        with contextlib.suppress(Unsatisfiable):  # no invalid input exists for some operations
+        with contextlib.suppress(Unsatisfiable, _OutOfTime):  # Unsatisfiable: no invalid input exists
             exercise()
     report: dict[str, Any] = {k: counts.get(k, 0) for k in ("cases", "2xx", "4xx", "5xx", "hangs", "crashes")}
     if samples:
@@ -235,6 +241,7 @@ def fuzz(args: argparse.Namespace) -> dict[str, Any]:
                 operation = result.ok()
                 name = f"{operation.method.upper()} {operation.path}"
                 report[name] = _fuzz_operation(operation, http, gateway, args, started + args.budget_s)
+                print(name, json.dumps(report[name]), file=sys.stderr, flush=True)
         report["_alive_after"] = gateway.alive()
         report["_seconds"] = round(time.monotonic() - started, 1)
     return report

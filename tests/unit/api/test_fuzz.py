@@ -50,14 +50,21 @@ def test_generated_requests_never_get_a_server_error(gateway_url: str) -> None:
                 def exercise(case: schemathesis.Case) -> None:
                     nonlocal sent
                     kwargs = case.as_transport_kwargs(base_url=gateway_url)
-                    response = http.request(
-                        kwargs["method"],
-                        kwargs["url"],
-                        params=kwargs.get("params"),
-                        headers=kwargs.get("headers"),
-                        json=kwargs.get("json"),
-                        content=kwargs.get("data") if isinstance(kwargs.get("data"), bytes | str) else None,
-                    )
+                    try:
+                        response = http.request(
+                            kwargs["method"],
+                            kwargs["url"],
+                            params=kwargs.get("params"),
+                            headers=kwargs.get("headers"),
+                            json=kwargs.get("json"),
+                            content=kwargs.get("data")
+                            if isinstance(kwargs.get("data"), bytes | str)
+                            else None,
+                        )
+                    except (
+                        httpx.LocalProtocolError
+                    ):  # a header httpx will not send (from the security schemes)
+                        return
                     sent += 1
                     if response.status_code >= 500 and case.path != "/health":
                         server_errors.append(
