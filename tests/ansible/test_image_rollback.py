@@ -41,3 +41,28 @@ def test_pruning_superseded_images_is_opt_in_and_keeps_the_rollback(repo: Path, 
     calls = (pair / "docker/calls").read_text()
     assert "image prune --force --filter label=org.sparkfold.tensorfold.series" in calls
     assert previous(pair) is not None and label(pair) is not None
+
+
+DIGEST = "a" * 64
+
+
+@pytest.mark.slow
+def test_the_base_image_is_pinned_by_digest_or_the_run_says_how(repo: Path, pair: Path) -> None:
+    required = ("-e", "sparkfold_image_base_digest_required=true")
+    refused = play(repo, pair, *required)
+    assert refused.returncode != 0 and label(pair) is None
+    words = " ".join(refused.stdout.split())
+    assert "is the tag nvcr.io/nvidia/pytorch:26.07-py3, not a digest" in words
+    assert "index .RepoDigests 0" in words
+    pinned = f"sparkfold_image_base=nvcr.io/nvidia/pytorch:26.07-py3@sha256:{DIGEST}"
+    built = play(repo, pair, *required, "-e", pinned)
+    assert built.returncode == 0, built.stdout + built.stderr
+    assert (
+        f"FROM nvcr.io/nvidia/pytorch:26.07-py3@sha256:{DIGEST}"
+        in (pair / "cache/image-build/Dockerfile").read_text()
+    )
+    malformed = play(repo, pair, "-e", "sparkfold_image_base=nvcr.io/nvidia/pytorch@sha256:123")
+    assert (
+        malformed.returncode != 0
+        and "a digest is written NAME:TAG@sha256:<64 hex digits>" in malformed.stdout
+    )
