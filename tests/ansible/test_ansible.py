@@ -53,13 +53,22 @@ def test_syntax_check(repo: Path, inventory: str, playbook: str) -> None:
 
 def test_site_imports_the_stages_in_order_and_each_is_tagged(repo: Path) -> None:
     site = yaml.safe_load((repo / "site.yml").read_text())
+    stages = [f"playbooks/stages/{s}.yml" for s in STAGES]
+    # The restarts the stages owe come once, after the last stage that can change a rank.
     assert [play["ansible.builtin.import_playbook"] for play in site] == [
-        f"playbooks/{s}.yml" for s in STAGES
+        *stages[:-1],
+        "playbooks/restart.yml",
+        stages[-1],
+        "playbooks/router.yml",
     ]
     for stage in STAGES:
-        [play] = yaml.safe_load((repo / f"playbooks/{stage}.yml").read_text())
+        [play] = yaml.safe_load((repo / f"playbooks/stages/{stage}.yml").read_text())
         assert play["name"] and stage in play["tags"]
         assert play["roles"] == [{"role": f"sparkfold_{stage}"}]
+        alone = yaml.safe_load((repo / f"playbooks/{stage}.yml").read_text())
+        assert [p["ansible.builtin.import_playbook"] for p in alone] == [f"stages/{stage}.yml", "restart.yml"]
+    [restart] = yaml.safe_load((repo / "playbooks/restart.yml").read_text())
+    assert "always" in restart["tags"]
 
 
 def test_tags_list_every_stage(repo: Path) -> None:
@@ -92,12 +101,19 @@ def test_role_skeleton(repo: Path, role: str) -> None:
         assert {"role": "sparkfold"} in meta["dependencies"]
 
 
-def test_handlers_restart_the_worker_before_the_head(repo: Path) -> None:
+def test_restarts_are_owed_to_the_end_and_go_worker_first(repo: Path) -> None:
     handlers = yaml.safe_load((repo / "roles/sparkfold/handlers/main.yml").read_text())
-    names = [h["name"] for h in handlers]
+    # A stage's handlers only mark what it changed; no handler restarts an engine or the gateway.
+    marks = {h["listen"]: h["ansible.builtin.set_fact"] for h in handlers if "ansible.builtin.set_fact" in h}
+    assert marks == {
+        "sparkfold engine changed": {"__sparkfold_restart_engine": True},
+        "sparkfold api changed": {"__sparkfold_restart_api": True},
+    }
+    commands = [str(h.get("ansible.builtin.command", "")) for h in handlers]
+    assert not [c for c in commands if "sparkfold-engine" in c or "try-restart sparkfold-api" in c]
+    restarts = yaml.safe_load((repo / "roles/sparkfold/tasks/restart.yml").read_text())
+    names = [task["name"] for task in restarts]
     assert names.index("Engine | restart on the worker") < names.index("Engine | restart on the head")
-    api = [h for h in handlers if h["name"].startswith("API |")]
-    assert all("engine" not in h["listen"] for h in api)
 
 
 def test_testbed_uses_only_its_documentation_ranges(repo: Path) -> None:

@@ -16,8 +16,8 @@ PAIR_STAGES = ["preflight", "fabric", "image", "weights", "runtime", "service"]
 
 @pytest.mark.parametrize("stage", PAIR_STAGES)
 def test_every_pair_stage_fails_together(repo: Path, stage: str) -> None:
-    [play] = yaml.safe_load((repo / f"playbooks/{stage}.yml").read_text())
-    assert play.get("any_errors_fatal") is True, f"playbooks/{stage}.yml goes on with half a pair"
+    [play] = yaml.safe_load((repo / f"playbooks/stages/{stage}.yml").read_text())
+    assert play.get("any_errors_fatal") is True, f"playbooks/stages/{stage}.yml goes on with half a pair"
 
 
 def pair_inventory(folder: Path, worker_address: str) -> Path:

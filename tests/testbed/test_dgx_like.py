@@ -12,7 +12,8 @@ import subprocess
 import pytest
 from testbed_kit import ADMIN, HEAD, REPO, WORKER, Run, ssh, ssh_argv
 
-pytestmark = [pytest.mark.testbed, pytest.mark.slow, pytest.mark.netns]
+# One testbed per session: the first test also waits for the first converge (minutes on a busy host).
+pytestmark = [pytest.mark.testbed, pytest.mark.slow, pytest.mark.netns, pytest.mark.timeout(1800)]
 PREREQUISITES = ("python3-venv", "rsync", "iproute2", "iputils-ping")
 
 

@@ -6,13 +6,15 @@ The tests run in file order on one pair; each leaves the pair converged for the 
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Callable
 
 import httpx
 import pytest
-from testbed_kit import API, HEAD, WORKER, Run, ssh, unit, wait_for
+from testbed_kit import API, HEAD, WORKER, Run, restarts_issued, ssh, starts_since, unit, wait_for
 
-pytestmark = [pytest.mark.testbed, pytest.mark.slow, pytest.mark.netns]
+# One testbed per session: the first test also waits for the first converge (minutes on a busy host).
+pytestmark = [pytest.mark.testbed, pytest.mark.slow, pytest.mark.netns, pytest.mark.timeout(1800)]
 NODES = {"sftb-head", "sftb-worker"}
 MODEL = "/var/lib/sparkfold/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -44,19 +46,32 @@ def test_first_converge_succeeds(first_converge: Run) -> None:
     assert set(first_converge.stats.get("ok", {})) == NODES
 
 
+def invocations() -> dict[str, str]:
+    """Each unit's InvocationID: a new one means systemd (re)started it."""
+    ids = {f"{node} engine": unit(node, "sparkfold-engine")["InvocationID"] for node in (HEAD, WORKER)}
+    return ids | {"api": unit(HEAD, "sparkfold-api")["InvocationID"]}
+
+
 def test_second_converge_changes_nothing(converge: Callable[..., Run]) -> None:
+    before = invocations()
     assert_nothing_changed(converge())
+    assert invocations() == before, "a converge that changed nothing restarted a unit"
 
 
 def test_check_mode_reports_nothing_to_change(converge: Callable[..., Run]) -> None:
     assert_nothing_changed(converge(check=True))
 
 
-def test_weights_copy_is_repaired_and_verified(converge: Callable[..., Run]) -> None:
+def test_weights_copy_is_repaired_and_both_ranks_restart(converge: Callable[..., Run]) -> None:
+    before = invocations()
     ssh(WORKER, f"truncate -s 1M {MODEL}")
     run = converge(tags="weights").must_succeed()
-    assert run.changed.get("sftb-worker", 0) > 0
+    assert run.changed.get("sftb-worker", 0) > 0 and run.changed.get("sftb-head", 0) > 0
     assert ssh(WORKER, f"sha256sum {MODEL}").split()[0] == ssh(HEAD, f"sha256sum {MODEL}").split()[0]
+    # Only the worker's store changed, yet the pair restarts together: rank 0 must meet the new rank 1.
+    after = invocations()
+    assert after[f"{HEAD} engine"] != before[f"{HEAD} engine"]
+    assert after["api"] == before["api"], "a weights change restarted the gateway"
 
 
 def _units_active() -> bool:
@@ -91,10 +106,16 @@ def test_gateway_change_restarts_only_the_api(serving: None, converge: Callable[
     converge().must_succeed()  # back to the inventory's settings
 
 
-def test_engine_change_restarts_the_worker_engine_before_the_head(
+def test_one_converge_restarts_each_rank_once_worker_first(
     serving: None, converge: Callable[..., Run]
 ) -> None:
-    converge(tags="runtime,service", extravars={"sparkfold_engine_max_tokens": 256}).must_succeed()
+    # Two stages change the ranks in one run: the worker's weights (weights) and a setting (runtime).
+    ssh(WORKER, f"truncate -s 1M {MODEL}")
+    started = time.time()
+    run = converge(extravars={"sparkfold_engine_max_tokens": 256}).must_succeed()
+    assert restarts_issued(run, "Engine | restart on the worker", "sftb-worker") == 1, run.output[-4000:]
+    assert restarts_issued(run, "Engine | restart on the head", "sftb-head") == 1, run.output[-4000:]
+    assert starts_since(HEAD, "sparkfold-engine", started) == 1
     head, worker = unit(HEAD, "sparkfold-engine"), unit(WORKER, "sparkfold-engine")
     # One kernel, one monotonic clock: the two machines' start times compare directly.
     assert int(worker["ExecMainStartTimestampMonotonic"]) < int(head["ExecMainStartTimestampMonotonic"])

@@ -27,7 +27,8 @@ from testbed_kit import ADMIN, HEAD, REPO, WORKER, Run, play, ssh, wait_for
 sys.path.insert(0, str(REPO / "tests/fakes"))
 from fake_hub import FakeHub, FakeRepo
 
-pytestmark = [pytest.mark.testbed, pytest.mark.slow, pytest.mark.netns]
+# One testbed per session: the first test also waits for the first converge (minutes on a busy host).
+pytestmark = [pytest.mark.testbed, pytest.mark.slow, pytest.mark.netns, pytest.mark.timeout(1800)]
 NODES = {"sftb-head", "sftb-worker"}
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 IMAGE_FILE = "/var/lib/fake-docker/image-sparkfold-tensorfold_v0.6.0"
