@@ -1,9 +1,17 @@
 """Structured outputs with xgrammar: request constraints → compiled grammars → token matchers.
 
 :func:`constraint_from_request` reads ``response_format`` (``json_object`` / ``json_schema``),
-``guided_json``, ``guided_regex``, ``guided_choice`` and ``guided_grammar`` (EBNF);
+``guided_json``, ``guided_regex``, ``guided_choice`` and ``guided_grammar`` (EBNF), and forced
+tool calls (``tool_choice`` ``"required"`` or a named function, ``parallel_tool_calls: false``):
+those become an xgrammar structural tag in the model's tool-call format (:data:`ToolFormat`:
+``glm_4_7`` is GLM-5's ``<tool_call>NAME<arg_key>…``, ``qwen_3`` the JSON-in-``<tool_call>`` form
+our chat-template models use), built by xgrammar's own ``get_model_structural_tag``.
 :class:`GrammarCompiler` compiles one for a tokenizer (a constraint xgrammar cannot compile is a
-:class:`~sparkfold.glm.errors.GrammarError` naming the field and xgrammar's reason).
+:class:`~sparkfold.glm.errors.GrammarError` naming the field and xgrammar's reason). Two repairs
+on top of xgrammar 0.2.9: the tokenizer's special tokens (``[gMASK]``, ``<|image|>``, ``<think>``
+…) are never text a grammar may produce (xgrammar would spell them inside a JSON string), and a
+length-bounded JSON string (``minLength`` / ``maxLength``) refuses raw control characters as every
+other JSON string does (xgrammar's bounded-string rule lets ``\x00``-``\x1f`` through).
 
 :class:`ConstrainedMatcher` is the engine-agnostic part: fill a packed int32 token bitmask (bit
 ``i & 31`` of word ``i >> 5``, the layout exllamav3 filters use too), accept a token,
@@ -20,6 +28,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Literal
 
 import torch
@@ -32,13 +41,35 @@ __all__ = [
     "ConstrainedMatcher",
     "GrammarCompiler",
     "OutputConstraint",
+    "TOOL_MARKERS",
+    "ToolFormat",
     "allocate_bitmask",
     "apply_bitmask",
     "client_reason",
     "constraint_from_request",
+    "strict_json_grammar",
+    "tool_constraint",
 ]
 
-ConstraintKind = Literal["json_schema", "regex", "choice", "grammar"]
+ConstraintKind = Literal["json_schema", "regex", "choice", "grammar", "structural_tag"]
+ToolFormat = Literal["glm_4_7", "qwen_3"]
+"""xgrammar's names of the tool-call formats our engines speak."""
+
+#: GLM-5's control tokens that a tool-call grammar matches as tokens (xgrammar's ``token_markers``).
+TOOL_MARKERS = (
+    "<think>",
+    "</think>",
+    "<tool_call>",
+    "</tool_call>",
+    "<arg_key>",
+    "</arg_key>",
+    "<arg_value>",
+    "</arg_value>",
+)
+_BOUNDED_STRING_CHAR = r"[^\"\\\r\n]"
+"""The character class of xgrammar's rule for a JSON string with ``minLength`` / ``maxLength``."""
+_JSON_STRING_CHAR = r"[^\0-\x1f\"\\\r\n]"
+"""The one JSON allows unescaped (what xgrammar uses for unbounded strings)."""
 
 
 @dataclass(frozen=True)
@@ -85,9 +116,44 @@ def _response_format(fmt: Mapping[str, Any]) -> OutputConstraint | None:
     )
 
 
-def constraint_from_request(request: Any) -> OutputConstraint | None:
-    """The one structured-output constraint a chat request asks for, or ``None``."""
+def _forces_tools(request: Any) -> bool:
+    choice = getattr(request, "tool_choice", None)
+    forced = choice == "required" or isinstance(choice, Mapping)
+    return forced or (getattr(request, "parallel_tool_calls", None) is False and choice != "none")
+
+
+def tool_constraint(request: Any, tool_format: ToolFormat) -> OutputConstraint | None:
+    """The grammar of a forced tool call (``tool_choice`` required or named, or at most one call).
+
+    ``tool_choice: "auto"`` with parallel calls allowed, or ``"none"``, leaves the reply free.
+    """
+    tools = getattr(request, "tools", None)
+    if not tools or not _forces_tools(request):
+        return None
+    choice = getattr(request, "tool_choice", None)
+    parallel = getattr(request, "parallel_tool_calls", None) is not False
+    try:
+        tag = xgr.get_model_structural_tag(
+            tool_format,
+            tools=list(tools),
+            tool_choice=choice if choice is not None else "auto",
+            reasoning="disabled",  # the matcher itself waits for </think>
+            parallel_tool_calls=parallel,
+            token_markers=tool_format == "glm_4_7",
+        )
+    except (ValueError, TypeError) as exc:
+        raise GrammarError(f"cannot force this tool call: {client_reason(exc)}", param="tool_choice") from None
+    return OutputConstraint("structural_tag", tag.model_dump_json(), "tool_choice")
+
+
+def constraint_from_request(request: Any, tool_format: ToolFormat | None = None) -> OutputConstraint | None:
+    """The one structured-output constraint a chat request asks for, or ``None``.
+
+    With ``tool_format``, a forced tool call is a constraint too (:func:`tool_constraint`).
+    """
     found: list[OutputConstraint] = []
+    if tool_format is not None and (tool := tool_constraint(request, tool_format)) is not None:
+        found.append(tool)
     fmt = getattr(request, "response_format", None)
     if isinstance(fmt, Mapping) and (c := _response_format(fmt)) is not None:
         found.append(c)
@@ -197,27 +263,76 @@ def client_reason(exc: BaseException) -> str:
     return reason or type(exc).__name__
 
 
-class GrammarCompiler:
-    """Compiles constraints for one tokenizer (Hugging Face ``PreTrainedTokenizerBase``)."""
+def strict_json_grammar(schema: str) -> str:
+    """The EBNF of ``schema`` where no JSON string holds a raw control character."""
+    ebnf = str(xgr.Grammar.from_json_schema(schema, any_whitespace=False))
+    return ebnf.replace(_BOUNDED_STRING_CHAR, _JSON_STRING_CHAR)
 
-    def __init__(self, tokenizer: Any, *, vocab_size: int | None = None) -> None:
+
+def _tokenizer_info(
+    tokenizer: Any, vocab_size: int, stop_ids: Sequence[int], keep: Sequence[str]
+) -> xgr.TokenizerInfo:
+    """xgrammar's view of ``tokenizer`` where special tokens (except stops and ``keep``) spell nothing.
+
+    An empty token is special to xgrammar: no grammar ever allows it.
+    """
+    info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size, stop_token_ids=list(stop_ids))
+    added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+    special = {
+        i for i, token in added.items() if token.special and token.content not in keep and i < vocab_size
+    } - set(stop_ids)
+    if not special:
+        return info
+    vocab = [b"" if i in special else text for i, text in enumerate(info.decoded_vocab)]
+    return xgr.TokenizerInfo(
+        vocab,
+        xgr.VocabType.RAW,
+        vocab_size=vocab_size,
+        stop_token_ids=list(stop_ids),
+        add_prefix_space=info.add_prefix_space,
+    )
+
+
+class GrammarCompiler:
+    """Compiles constraints for one tokenizer (Hugging Face ``PreTrainedTokenizerBase``).
+
+    ``stop_tokens`` end a reply once the grammar is done (GLM's four by default); ``think_end``
+    is the token after which a thinking reply's grammar starts.
+    """
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        *,
+        vocab_size: int | None = None,
+        stop_tokens: Sequence[str] = STOP_TOKENS,
+        stop_token_ids: Sequence[int] = (),
+        think_end: str | None = THINK_END,
+    ) -> None:
         vocab = tokenizer.get_vocab()
-        stop_ids = [vocab[t] for t in STOP_TOKENS if t in vocab]
+        stop_ids = sorted({vocab[t] for t in stop_tokens if t in vocab} | set(stop_token_ids))
         self.vocab_size = vocab_size or len(tokenizer)
         self.stop_token_ids = stop_ids
-        info = xgr.TokenizerInfo.from_huggingface(
-            tokenizer, vocab_size=self.vocab_size, stop_token_ids=stop_ids
-        )
+        self._tokenizer = tokenizer
+        info = _tokenizer_info(tokenizer, self.vocab_size, stop_ids, keep=())
         self._compiler = xgr.GrammarCompiler(info, max_threads=1)
-        self.think_end_id: int | None = vocab.get(THINK_END)
+        self.think_end_id: int | None = vocab.get(think_end) if think_end else None
+
+    @cached_property
+    def _tool_compiler(self) -> xgr.GrammarCompiler:
+        """For tool-call grammars: the markers (``<tool_call>`` …) stay tokens it may produce."""
+        info = _tokenizer_info(self._tokenizer, self.vocab_size, self.stop_token_ids, keep=TOOL_MARKERS)
+        return xgr.GrammarCompiler(info, max_threads=1)
 
     def compile(self, constraint: OutputConstraint) -> xgr.CompiledGrammar:
         """Compile ``constraint``; a :class:`GrammarError` names the field and the reason."""
         try:
             if constraint.kind == "json_schema":
-                return self._compiler.compile_json_schema(constraint.value, any_whitespace=False)
+                return self._compiler.compile_grammar(strict_json_grammar(constraint.value))
             if constraint.kind == "regex":
                 return self._compiler.compile_regex(constraint.value)
+            if constraint.kind == "structural_tag":
+                return self._tool_compiler.compile_structural_tag(constraint.value)
             return self._compiler.compile_grammar(constraint.value)
         except (RuntimeError, ValueError, TypeError) as exc:
             reason = client_reason(exc)

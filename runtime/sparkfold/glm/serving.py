@@ -147,7 +147,7 @@ class GlmChat:
                 video_processor=self.video_processor,
                 limits=self.limits,
             )
-        constraint = constraint_from_request(request)
+        constraint = constraint_from_request(request, "glm_4_7")
         if constraint is not None:
             turn.matcher = self.grammar.matcher(constraint, thinking=rendered.thinking)
         budget = getattr(request, "thinking_budget", None)

@@ -27,7 +27,17 @@ SCHEMA = {
 
 def request(**fields: Any) -> SimpleNamespace:
     base = {
-        k: None for k in ("response_format", "guided_json", "guided_regex", "guided_choice", "guided_grammar")
+        k: None
+        for k in (
+            "response_format",
+            "guided_json",
+            "guided_regex",
+            "guided_choice",
+            "guided_grammar",
+            "tools",
+            "tool_choice",
+            "parallel_tool_calls",
+        )
     }
     return SimpleNamespace(**(base | fields))
 
@@ -140,3 +150,113 @@ def test_matcher_rejects_tokens_outside_the_grammar_and_rolls_back(
     matcher.reset()
     thinking_off = compiler.matcher(constraint, thinking=False)
     assert thinking_off.active and digit in _allowed(compiler, thinking_off)
+
+
+def _walk(compiler: GrammarCompiler, matcher: Any, seed: int, steps: int = 120) -> list[int]:
+    """A reply drawn uniformly from what the grammar allows at each step, until it is done."""
+    import random
+
+    rng, ids = random.Random(seed), []
+    stops = set(compiler.stop_token_ids)
+    for _ in range(steps):
+        allowed = sorted(_allowed(compiler, matcher))
+        token = rng.choice(allowed)
+        assert matcher.accept_token(token)
+        if token in stops:
+            break
+        ids.append(token)
+    return ids
+
+
+BOUNDED = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 8},
+        "tags": {"type": "array", "items": {"type": "string", "minLength": 1, "maxLength": 4}, "maxItems": 2},
+    },
+    "required": ["name", "tags"],
+}
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_json_strings_never_hold_control_characters_or_special_tokens(
+    compiler: GrammarCompiler, tokenizer: Any, seed: int
+) -> None:
+    constraint = OutputConstraint("json_schema", json.dumps(BOUNDED), "response_format")
+    matcher = compiler.matcher(constraint, thinking=False)
+    ids = _walk(compiler, matcher, seed)
+    assert matcher.is_terminated()
+    special = set(tokenizer.all_special_ids)
+    assert not special & set(ids), tokenizer.convert_ids_to_tokens(ids)
+    reply = json.loads(tokenizer.decode(ids), strict=True)  # strict: no raw control characters
+    assert set(reply) == {"name", "tags"}
+
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "maxLength": 6},
+                "days": {"type": "integer", "minimum": 1, "maximum": 7},
+            },
+            "required": ["city", "days"],
+        },
+    },
+}
+CLOCK = {
+    "type": "function",
+    "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}},
+}
+
+
+@pytest.mark.parametrize(
+    ("fields", "names"),
+    [
+        ({"tool_choice": {"type": "function", "function": {"name": "get_weather"}}}, {"get_weather"}),
+        ({"tool_choice": "required"}, {"get_weather", "get_time"}),
+        ({"tool_choice": "required", "parallel_tool_calls": False}, {"get_weather", "get_time"}),
+    ],
+)
+def test_a_forced_tool_call_is_written_in_glm_format(
+    compiler: GrammarCompiler, tokenizer: Any, fields: dict[str, Any], names: set[str]
+) -> None:
+    from sparkfold.glm.parser import parse_output
+
+    tools = [WEATHER, CLOCK]
+    constraint = constraint_from_request(request(tools=tools, **fields), "glm_4_7")
+    assert constraint is not None and constraint.kind == "structural_tag"
+    for seed in range(4):
+        matcher = compiler.matcher(constraint, thinking=False)
+        ids = _walk(compiler, matcher, seed, steps=200)
+        reply = parse_output(tokenizer.decode(ids), tools, thinking=False)
+        assert reply.tool_calls, tokenizer.decode(ids)
+        assert {c.name for c in reply.tool_calls} <= names
+        if fields.get("parallel_tool_calls") is False or "function" in str(fields["tool_choice"]):
+            assert len(reply.tool_calls) == 1
+        for call in reply.tool_calls:
+            if call.name == "get_weather":
+                args = json.loads(call.arguments)
+                assert set(args) == {"city", "days"} and 1 <= args["days"] <= 7
+
+
+def test_tool_choice_auto_and_none_leave_the_reply_free() -> None:
+    assert constraint_from_request(request(tools=[WEATHER], tool_choice="auto"), "glm_4_7") is None
+    assert constraint_from_request(request(tools=[WEATHER], tool_choice=None), "glm_4_7") is None
+    assert (
+        constraint_from_request(
+            request(tools=[WEATHER], tool_choice="none", parallel_tool_calls=False), "glm_4_7"
+        )
+        is None
+    )
+
+
+def test_forcing_a_tool_that_was_not_offered_names_tool_choice() -> None:
+    with pytest.raises(GrammarError) as error:
+        constraint_from_request(
+            request(tools=[WEATHER], tool_choice={"type": "function", "function": {"name": "nope"}}),
+            "glm_4_7",
+        )
+    assert error.value.param == "tool_choice"
