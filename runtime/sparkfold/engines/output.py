@@ -46,6 +46,11 @@ class PlainParser:
 
 
 def plain_parser(request: ChatCompletionRequest) -> OutputParser:
+    """Content, and ``<tool_call>`` JSON calls when the request offers tools."""
+    if request.tools and request.tool_choice != "none":
+        from sparkfold.engines.template_tools import ToolCallParser
+
+        return ToolCallParser(request.tools)
     return PlainParser()
 
 

@@ -24,13 +24,13 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sparkfold.engines.chat_template import ChatRenderer, ChatTemplateRenderer
 from sparkfold.engines.generator import GenerationReport, Generator, SamplingParams
 from sparkfold.engines.metrics import EngineCounters
 from sparkfold.engines.output import OutputParser, ParserFactory, PlainParser, TextStream, plain_parser
-from sparkfold.glm.errors import GlmError
+from sparkfold.glm.errors import GlmError, GrammarError
 from sparkfold.glm.media import collect_media, require_vision
 from sparkfold.protocol import (
     ChatCompletionRequest,
@@ -152,6 +152,7 @@ class EngineService:
                 generator.chat_template, generator.special_tokens, thinking=thinking
             )
         self.renderer = renderer
+        self._grammar: Any = None  # GrammarCompiler of a chat-template model, built at first use
         self.counters = EngineCounters()
         self._prepare = ThreadPoolExecutor(1, thread_name_prefix="prepare")
         """Prompt work (render, tokenize, pictures, grammar) off the event loop, one at a time."""
@@ -195,23 +196,47 @@ class EngineService:
             require_vision(collect_media(request.messages), has_vision=False, model=self.served_name)
         except GlmError as exc:
             return ApiError(exc.status, exc.message, exc.param)
-        for name in ("guided_json", "guided_regex", "guided_choice", "guided_grammar"):
-            if getattr(request, name) is not None:
-                return ApiError(400, f"{name} (structured output) is not supported by this engine", name)
-        if request.response_format and request.response_format.get("type", "text") != "text":
-            return ApiError(
-                400, "response_format other than text is not supported by this engine", "response_format"
-            )
         if self.renderer is None:
             return ApiError(400, "this model has no chat template; use /v1/completions", "messages")
         try:  # a renderer or parser refuses a request with a ValueError; ``param`` names the field
+            matcher = self._template_matcher(request)
             prompt = self.renderer.render(request)
             parser = self.parser_factory(request)
+        except GlmError as exc:
+            return ApiError(exc.status, exc.message, exc.param)
         except ValueError as exc:
             return ApiError(400, str(exc), getattr(exc, "param", None) or "messages")
         ids = self.generator.encode(prompt, add_special_tokens=False)
         prepared = self._admit(ids, request.reply_budget, request, "messages")
-        return prepared if isinstance(prepared, ApiError) else replace(prepared, parser=parser)
+        if isinstance(prepared, ApiError):
+            return prepared
+        return replace(prepared, params=replace(prepared.params, constraint=matcher), parser=parser)
+
+    def _template_matcher(self, request: ChatCompletionRequest) -> Any:
+        """The structured-output or forced-tool-call matcher of a chat-template model, or None."""
+        from sparkfold.glm.grammar import constraint_from_request
+
+        constraint = constraint_from_request(request, "qwen_3")
+        if constraint is None:
+            return None
+        if self._grammar is None:
+            tokenizer = getattr(self.generator, "tokenizer", None)
+            if tokenizer is None:
+                raise GrammarError(
+                    f"{constraint.param}: this engine has no tokenizer to build a grammar with",
+                    param=constraint.param,
+                )
+            from sparkfold.glm.grammar import GrammarCompiler
+
+            stops = sorted(self.generator.eos_token_ids | self.stop_token_ids)
+            self._grammar = GrammarCompiler(
+                tokenizer,
+                vocab_size=self.generator.vocab_size,
+                stop_tokens=(),
+                stop_token_ids=stops,
+                think_end=None,
+            )
+        return self._grammar.matcher(constraint, thinking=False)
 
     def tokenize_chat(self, request: ChatCompletionRequest) -> list[int] | ApiError:
         """The prompt ids generation renders for ``request`` (``/tokenize``), or the 400 it gets."""

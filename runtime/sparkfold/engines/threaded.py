@@ -113,6 +113,11 @@ class ThreadedEngine(Generic[J]):
 
     # --- tokenizer ------------------------------------------------------------------------------
 
+    @property
+    def tokenizer(self) -> Any:
+        """The Hugging Face tokenizer (structured outputs compile their grammar for it)."""
+        return self._tokenizer
+
     def encode(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
         return list(self._tokenizer.encode(text, add_special_tokens=add_special_tokens))
 

@@ -76,6 +76,8 @@ def coerce_value(text: str, schema: Mapping[str, Any] | None) -> Any:
         return value if ok and not isinstance(value, str) else text
     if "enum" in schema and text in schema["enum"]:
         return text
+    if "enum" in schema and text.strip() in schema["enum"]:  # a grammar lets whitespace surround it
+        return text.strip()
     types = _allowed_types(schema)
     if types == {"string"}:
         return text

@@ -35,13 +35,14 @@ import torch
 import xgrammar as xgr
 
 from sparkfold.glm.errors import GrammarError
+from sparkfold.glm.messages import normalise_tools
 from sparkfold.glm.tokens import STOP_TOKENS, THINK_END
 
 __all__ = [
+    "TOOL_MARKERS",
     "ConstrainedMatcher",
     "GrammarCompiler",
     "OutputConstraint",
-    "TOOL_MARKERS",
     "ToolFormat",
     "allocate_bitmask",
     "apply_bitmask",
@@ -66,6 +67,8 @@ TOOL_MARKERS = (
     "<arg_value>",
     "</arg_value>",
 )
+MAX_WHITESPACE = 2
+"""Whitespace a tool-call grammar allows in a row (a newline and an indent; never a run of it)."""
 _BOUNDED_STRING_CHAR = r"[^\"\\\r\n]"
 """The character class of xgrammar's rule for a JSON string with ``minLength`` / ``maxLength``."""
 _JSON_STRING_CHAR = r"[^\0-\x1f\"\\\r\n]"
@@ -135,11 +138,12 @@ def tool_constraint(request: Any, tool_format: ToolFormat) -> OutputConstraint |
     try:
         tag = xgr.get_model_structural_tag(
             tool_format,
-            tools=list(tools),
+            tools=list[Any](normalise_tools(tools)),  # ``strict: false`` would leave the arguments free
             tool_choice=choice if choice is not None else "auto",
             reasoning="disabled",  # the matcher itself waits for </think>
             parallel_tool_calls=parallel,
             token_markers=tool_format == "glm_4_7",
+            max_whitespace_cnt=MAX_WHITESPACE,
         )
     except (ValueError, TypeError) as exc:
         raise GrammarError(f"cannot force this tool call: {client_reason(exc)}", param="tool_choice") from None

@@ -26,6 +26,7 @@ from sparkfold.glm.arguments import coerce_arguments, coerce_value
         ("seven", {"oneOf": [{"type": "integer"}, {"type": "string"}]}, "seven"),
         ("1", {"enum": ["1", "2"]}, "1"),
         ("3", {"enum": [1, 2, 3]}, 3),
+        ("\nC\n", {"type": "string", "enum": ["C", "F"]}, "C"),  # whitespace a grammar allowed
         ("not json", {"type": "integer"}, "not json"),
         ('"quoted"', {"type": "string"}, '"quoted"'),
         ("12", None, 12),

@@ -1,0 +1,159 @@
+"""Tool calls for models served through their own chat template (the demo model, SmolLM2).
+
+The form is the one Hermes- and Qwen-style templates teach, and xgrammar's ``qwen_3`` structural
+tag forces::
+
+    <tool_call>
+    {"name": "get_weather", "arguments": {"city": "Paris"}}
+    </tool_call>
+
+:func:`template_messages` writes a conversation for a template: text parts joined into one
+string (templates concatenate ``content`` as a string), and, when the template does not render
+``tools`` itself (:func:`renders_tools`), the offered tools as a system message in that form,
+earlier calls as that text and tool results as ``<tool_response>`` user turns.
+:class:`ToolCallParser` reads the reply (the engine's ``OutputParser`` seam): text outside a call
+is content, a complete call whose name was offered becomes a tool-call delta, anything else stays
+content. It is written here because no maintained library parses this form incrementally without
+bringing a serving stack with it.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sparkfold.protocol import Delta, ToolCallDelta
+
+__all__ = ["CALL_END", "CALL_START", "ToolCallParser", "renders_tools", "template_messages"]
+
+CALL_START = "<tool_call>"
+CALL_END = "</tool_call>"
+
+_TOOLS_PROMPT = (
+    "You can call the functions described below. To call one, answer with exactly\n"
+    f'{CALL_START}\n{{"name": "<function name>", "arguments": {{<arguments as JSON>}}}}\n{CALL_END}\n'
+    "Functions, as JSON schemas:\n<tools>\n{tools}\n</tools>"
+)
+
+
+def renders_tools(template: str) -> bool:
+    """Whether a chat template renders the ``tools`` variable itself."""
+    return "tools" in template
+
+
+def _text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return "".join(str(part.get("text") or "") for part in content if isinstance(part, Mapping))
+
+
+def _call_text(call: Mapping[str, Any]) -> str:
+    function = call.get("function") or {}
+    try:
+        arguments = json.loads(function.get("arguments") or "{}")
+    except ValueError:
+        arguments = function.get("arguments")
+    body = json.dumps({"name": function.get("name"), "arguments": arguments}, ensure_ascii=False)
+    return f"{CALL_START}\n{body}\n{CALL_END}"
+
+
+def template_messages(
+    messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None, *, native_tools: bool
+) -> list[dict[str, Any]]:
+    """``messages`` (dumped chat messages) as a chat template can render them."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        item = {**message, "content": _text(message.get("content"))}
+        if not native_tools:
+            calls = item.pop("tool_calls", None) or []
+            if calls:
+                item["content"] = "\n".join([item["content"], *map(_call_text, calls)]).strip()
+            if item["role"] == "tool":
+                item = {"role": "user", "content": f"<tool_response>\n{item['content']}\n</tool_response>"}
+        out.append(item)
+    if tools and not native_tools:
+        listing = "\n".join(json.dumps(t.get("function", t), ensure_ascii=False) for t in tools)
+        prompt = _TOOLS_PROMPT.replace("{tools}", listing)
+        if out and out[0]["role"] in ("system", "developer"):
+            out[0] = {**out[0], "role": "system", "content": f"{out[0]['content']}\n\n{prompt}".strip()}
+        else:
+            out.insert(0, {"role": "system", "content": prompt})
+    return out
+
+
+def _partial(text: str, tag: str) -> int:
+    """Length of the longest suffix of ``text`` that could grow into ``tag``."""
+    for size in range(min(len(text), len(tag) - 1), 0, -1):
+        if tag.startswith(text[-size:]):
+            return size
+    return 0
+
+
+class ToolCallParser:
+    """Content, and whole ``<tool_call>`` JSON calls to the offered tools."""
+
+    def __init__(self, tools: Sequence[Mapping[str, Any]] | None) -> None:
+        self._names = {str((t.get("function") or {}).get("name")) for t in tools or []}
+        self._pending = ""
+        self._in_call = False
+        self._index = 0
+        self.tool_calls_made = False
+
+    def feed(self, text: str) -> list[Delta]:
+        self._pending += text
+        return self._run(final=False)
+
+    def finish(self, finish_reason: str | None = None) -> list[Delta]:
+        if self._in_call and finish_reason == "length":  # cut off: never a call
+            self._pending, self._in_call = "", False
+        return self._run(final=True)
+
+    def _run(self, *, final: bool) -> list[Delta]:
+        out: list[Delta] = []
+        while True:
+            if not self._in_call:
+                at = self._pending.find(CALL_START)
+                if at < 0:
+                    keep = 0 if final else _partial(self._pending, CALL_START)
+                    text, self._pending = (
+                        self._pending[: len(self._pending) - keep],
+                        self._pending[len(self._pending) - keep :],
+                    )
+                    if text:
+                        out.append(Delta(content=text))
+                    return out
+                if self._pending[:at]:
+                    out.append(Delta(content=self._pending[:at]))
+                self._pending, self._in_call = self._pending[at + len(CALL_START) :], True
+            end = self._pending.find(CALL_END)
+            if end < 0 and not final:
+                return out
+            body = self._pending if end < 0 else self._pending[:end]
+            self._pending = "" if end < 0 else self._pending[end + len(CALL_END) :]
+            self._in_call = False
+            out.append(self._call(body))
+            if end < 0:
+                return out
+
+    def _call(self, body: str) -> Delta:
+        try:
+            call = json.loads(body)
+        except ValueError:
+            call = None
+        if not isinstance(call, dict) or call.get("name") not in self._names:
+            return Delta(content=f"{CALL_START}{body}{CALL_END}")
+        arguments = call.get("arguments", call.get("parameters", {}))
+        text = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+        self.tool_calls_made = True
+        delta = ToolCallDelta(
+            index=self._index,
+            id=f"call_{uuid.uuid4().hex[:24]}",
+            type="function",
+            function={"name": call["name"], "arguments": text},
+        )
+        self._index += 1
+        return Delta(tool_calls=[delta])
