@@ -124,8 +124,9 @@ def ignored_summary(names: list[str]) -> dict[str, Any]:
     return {"count": len(names), "fields": [name[:64] for name in names[:IGNORED_SHOWN]]}
 
 
-def new_id(prefix: str = "chatcmpl") -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:24]}"
+def new_id(prefix: str = "chatcmpl", sep: str = "-") -> str:
+    """A fresh id: OpenAI's ``chatcmpl-…``; Anthropic's are ``msg_…`` / ``toolu_…`` (``sep="_"``)."""
+    return f"{prefix}{sep}{uuid.uuid4().hex[:24]}"
 
 
 # --- requests ---------------------------------------------------------------------------------
@@ -268,6 +269,7 @@ class Choice(_Wire):
     index: int = 0
     message: ResponseMessage
     finish_reason: FinishReason | None = None
+    stop_reason: str | int | None = Field(None, description="the stop string that ended the reply (vLLM)")
 
 
 class ChatCompletion(_Wire):
@@ -298,6 +300,7 @@ class ChunkChoice(_Wire):
     index: int = 0
     delta: Delta
     finish_reason: FinishReason | None = None
+    stop_reason: str | int | None = Field(None, description="the stop string that ended the reply (vLLM)")
 
 
 class ChatCompletionChunk(_Wire):
@@ -367,6 +370,7 @@ class CompletionChoice(_Wire):
     text: str
     logprobs: None = None
     finish_reason: FinishReason | None = None
+    stop_reason: str | int | None = Field(None, description="the stop string that ended the reply (vLLM)")
 
 
 class Completion(_Wire):
@@ -387,6 +391,7 @@ class TokenizeRequest(_Request):
     model: ModelName | None = None
     prompt: str | None = None
     messages: list[ChatMessage] | None = Field(None, min_length=1, max_length=MAX_MESSAGES)
+    tools: Tools | None = Field(None, description="with messages: the tools the prompt offers")
     add_special_tokens: bool = Field(True, description="for a prompt: let the tokenizer add BOS and friends")
     add_generation_prompt: bool = True
     return_token_strs: bool = Field(True, description="add each token's string")

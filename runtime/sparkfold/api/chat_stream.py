@@ -14,7 +14,9 @@ name and the arguments so far), then each piece of its arguments as it arrives, 
 a long call being written instead of seconds of nothing. A call to a tool that was not offered
 is held and becomes content text when the reply finishes (tool-call hygiene: the gateway's job,
 :mod:`sparkfold.api.tools`, whatever the engine). Calls are renumbered from 0 in the order they
-were announced. An upstream failure after the stream opened becomes one error event, and the
+were announced. Usage is counted once, as OpenAI sends it: whatever chunks the engine put it on,
+it is taken off them and, with ``include_usage``, sent alone in a last chunk with empty ``choices``
+before ``DONE``. An upstream failure after the stream opened becomes one error event, and the
 stream still ends with ``DONE``.
 """
 
@@ -111,8 +113,11 @@ class ChatStream:
         toolbox: Toolbox,
         on_first_token: Callable[[], None] = lambda: None,
         on_usage: Callable[[Any], None] = lambda usage: None,
+        include_usage: bool = False,
     ) -> None:
         self._upstream = upstream
+        self._include_usage = include_usage
+        self._head: dict[str, Any] = {}  # the first parsed chunk's id, object, created, model
         self._keepalive_s = keepalive_s
         self._toolbox = toolbox
         self._on_first_token = on_first_token
@@ -149,7 +154,7 @@ class ChatStream:
                     else:
                         batch += self._rewrite(payload)
                 if done:
-                    yield [*batch, DONE]
+                    yield [*batch, *self._usage_events(), DONE]
                     break
                 if batch:
                     yield batch
@@ -167,12 +172,20 @@ class ChatStream:
                 error = UpstreamError("the engine closed the stream before it finished")
                 yield [{"error": error_body(error)["error"]}]
         if not done:
+            self._usage_events()  # counted even when the stream failed
             yield [DONE]
             return
         # Read the engine's body to its end (normally at once): a fully read response lets its
         # connection go back to the pool instead of being closed, saving a connect per request.
         with contextlib.suppress(ApiError):
             await self._upstream.finish(DRAIN_S)
+
+    def _usage_events(self) -> list[ChatEvent]:
+        """The one usage chunk (when asked for), counting the usage once."""
+        if self.usage is None:
+            return []
+        self._on_usage(self.usage)
+        return [{**self._head, "choices": [], "usage": self.usage}] if self._include_usage else []
 
     def _token_seen(self) -> None:
         if self._first:
@@ -191,22 +204,28 @@ class ChatStream:
         if "error" in chunk:
             self.errored = True
             return [chunk]
-        if isinstance(chunk.get("usage"), dict):
-            self.usage = chunk["usage"]
-            self._on_usage(chunk["usage"])
+        if not self._head:
+            self._head = self._skeleton(chunk)
+        changed = False
+        if "usage" in chunk:  # taken off every chunk; sent once at the end
+            usage = chunk.pop("usage")
+            changed = True
+            if isinstance(usage, dict):
+                self.usage = usage
         choices = chunk.get("choices")
-        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-            return [payload]
+        if isinstance(choices, list) and not choices:
+            return []  # a usage chunk of the engine's own
+        if not isinstance(choices, list) or not isinstance(choices[0], dict):
+            return [chunk if changed else payload]
         choice = choices[0]
         delta = choice.get("delta")
         if not isinstance(delta, dict):  # a completions chunk (``text``): nothing to rewrite
             if choice.get("text"):
                 self._token_seen()
-            return [payload]
+            return [chunk if changed else payload]
         out: list[ChatEvent] = []
         if delta.get("content") or delta.get("reasoning_content") or delta.get("tool_calls"):
             self._token_seen()
-        changed = False
         if delta.get("reasoning_content") is not None:
             delta["reasoning"] = delta["reasoning_content"]
             changed = True
@@ -220,7 +239,7 @@ class ChatStream:
             if choice["finish_reason"] == "tool_calls" and self._calls_sent == 0:
                 choice["finish_reason"] = "stop"
                 changed = True
-        if not calls or delta or choice.get("finish_reason") or "usage" in chunk:
+        if not calls or delta or choice.get("finish_reason"):
             out.append(chunk if changed else payload)  # unchanged: its own bytes, not re-encoded
         return out
 

@@ -74,6 +74,8 @@ class TextStream:
         self._text = ""  # final text so far
         self._sent = 0  # characters of self._text already returned
         self.stopped = False
+        self.matched: str | None = None
+        """The stop string that ended the reply (vLLM's ``stop_reason``)."""
 
     def push(self, token_id: int) -> str:
         if self.stopped:
@@ -84,7 +86,7 @@ class TextStream:
         for stop in self._stop:
             at = self._text.find(stop, max(0, self._sent - len(stop)))
             if at >= 0:
-                self.stopped = True
+                self.stopped, self.matched = True, stop
                 return self._take(at)
         return self._take(max(self._sent, len(self._text) - self._hold))
 

@@ -139,7 +139,7 @@ def create_app(service: EngineService, *, heartbeat_s: float = HEARTBEAT_S) -> D
             return _error(body)
         if body.messages is not None:
             rendered = await service.off_loop(
-                service.tokenize_chat, ChatCompletionRequest(messages=body.messages)
+                service.tokenize_chat, ChatCompletionRequest(messages=body.messages, tools=body.tools)
             )
             if isinstance(rendered, ApiError):
                 return _error(rendered)
@@ -178,14 +178,20 @@ def create_app(service: EngineService, *, heartbeat_s: float = HEARTBEAT_S) -> D
             return _error(refused)
         parser = prepared.parser
         if body.stream:
-            usage_chunk = bool((body.stream_options or {}).get("include_usage"))
-            return _stream(_chat_stream(service, prepared, parser, usage_chunk), pacing)
+            options = body.stream_options or {}
+            usage_chunk = bool(options.get("include_usage"))
+            prompt_usage = bool(options.get("continuous_usage_stats"))
+            return _stream(_chat_stream(service, prepared, parser, usage_chunk, prompt_usage), pacing)
         try:
             deltas, outcome = await _collect_chat(service, prepared, parser)
         except Exception as exc:
             return _error(_outcome_error(exc))
         finish = "tool_calls" if parser.tool_calls_made and outcome.finish_reason == "stop" else None
-        choice = Choice(message=_merge(deltas), finish_reason=finish or outcome.finish_reason)  # type: ignore[arg-type]
+        choice = Choice(
+            message=_merge(deltas),
+            finish_reason=finish or outcome.finish_reason,  # type: ignore[arg-type]
+            stop_reason=outcome.stop_reason,
+        )
         if body.return_token_ids:
             choice.token_ids = outcome.token_ids  # type: ignore[attr-defined]
         answer = ChatCompletion(
@@ -216,7 +222,11 @@ def create_app(service: EngineService, *, heartbeat_s: float = HEARTBEAT_S) -> D
                     pieces.append(item)
         except Exception as exc:
             return _error(_outcome_error(exc))
-        choice = CompletionChoice(text="".join(pieces), finish_reason=outcome.finish_reason)  # type: ignore[arg-type]
+        choice = CompletionChoice(
+            text="".join(pieces),
+            finish_reason=outcome.finish_reason,  # type: ignore[arg-type]
+            stop_reason=outcome.stop_reason,
+        )
         if body.return_token_ids:
             choice.token_ids = outcome.token_ids  # type: ignore[attr-defined]
         answer = Completion(
@@ -232,7 +242,12 @@ def _encode(service: EngineService, text: str, add_special_tokens: bool) -> list
 
 
 def _usage(outcome: Outcome) -> Usage:
-    return Usage.of(outcome.prompt_tokens, len(outcome.token_ids), cached=outcome.report.cached_tokens)
+    return Usage.of(
+        outcome.prompt_tokens,
+        len(outcome.token_ids),
+        cached=outcome.report.cached_tokens,
+        reasoning=outcome.reasoning_tokens,
+    )
 
 
 async def _collect_chat(
@@ -273,8 +288,10 @@ def _error_event(exc: BaseException) -> bytes:
 
 
 async def _chat_stream(
-    service: EngineService, prepared: Prepared, parser: OutputParser, usage_chunk: bool
+    service: EngineService, prepared: Prepared, parser: OutputParser, usage_chunk: bool, prompt_usage: bool
 ) -> AsyncIterator[bytes]:
+    """The chat SSE; ``prompt_usage`` (``continuous_usage_stats``) puts the prompt's usage on the
+    role chunk too, so a translator knows the input tokens before the reply starts."""
     ident, name, created = new_id(), service.served_name, int(time.time())
 
     def event(choices: list[ChunkChoice], **extra: Any) -> ChatCompletionChunk:
@@ -298,7 +315,8 @@ async def _chat_stream(
                 return reasoning(delta.reasoning_content)
         return chunk(delta)
 
-    yield chunk(Delta(role="assistant", content=""))
+    opening = Usage.of(len(prepared.prompt_ids), 0) if prompt_usage else None
+    yield chunk(Delta(role="assistant", content=""), usage=opening)
     try:
         async for item in service.run(prepared):
             if isinstance(item, Outcome):
@@ -306,7 +324,12 @@ async def _chat_stream(
                     yield chunk(delta)
                 finish = "tool_calls" if parser.tool_calls_made and item.finish_reason == "stop" else None
                 usage = _usage(item)
-                yield chunk(Delta(), finish or item.finish_reason, usage=usage, tensorfold=item.stats())
+                end = ChunkChoice(
+                    delta=Delta(),
+                    finish_reason=finish or item.finish_reason,  # type: ignore[arg-type]
+                    stop_reason=item.stop_reason,
+                )
+                yield sse_event(event([end], usage=usage, tensorfold=item.stats()))
                 if usage_chunk:
                     yield sse_event(event([], usage=usage))
             else:
@@ -334,7 +357,21 @@ async def _completion_stream(
         async for item in service.run(prepared):
             if isinstance(item, Outcome):
                 usage = _usage(item)
-                yield chunk("", item.finish_reason, usage=usage, tensorfold=item.stats())
+                end = CompletionChoice(
+                    text="",
+                    finish_reason=item.finish_reason,  # type: ignore[arg-type]
+                    stop_reason=item.stop_reason,
+                )
+                yield sse_event(
+                    Completion(
+                        id=ident,
+                        model=name,
+                        created=created,
+                        choices=[end],
+                        usage=usage,
+                        tensorfold=item.stats(),
+                    )
+                )
                 if usage_chunk:
                     yield sse_event(Completion(id=ident, model=name, choices=[], usage=usage))
             else:

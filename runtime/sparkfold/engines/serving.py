@@ -81,6 +81,8 @@ class Prepared:
     stop: list[str] = field(default_factory=list)
     parser: OutputParser = field(default_factory=PlainParser)
     """Splits the reply text into deltas (chat requests; plain content otherwise)."""
+    reasoning_end: int | None = None
+    """A thinking reply: the token that closes its reasoning (reply tokens before it are reasoning)."""
 
 
 @dataclass
@@ -93,6 +95,9 @@ class Outcome:
     prefill_s: float
     decode_s: float
     report: GenerationReport = field(default_factory=GenerationReport)
+    stop_reason: str | None = None
+    """The stop string that ended the reply, if one did."""
+    reasoning_tokens: int = 0
 
     def stats(self) -> dict[str, object]:
         """The ``tensorfold`` stats block."""
@@ -265,7 +270,8 @@ class EngineService:
         if isinstance(prepared, ApiError):
             return prepared
         params = replace(prepared.params, constraint=turn.matcher, prefill_inputs=turn.vision or None)
-        return replace(prepared, params=params, parser=turn.parser())
+        think_end = glm.think_end_id if turn.rendered.thinking else None
+        return replace(prepared, params=params, parser=turn.parser(), reasoning_end=think_end)
 
     def prepare_completion(self, request: CompletionRequest) -> Prepared | ApiError:
         error = self._check_common(request)
@@ -408,7 +414,18 @@ class EngineService:
             self._lane_freed()
         report = prepared.params.report
         counters.reported(report.cached_tokens, report.drafted, report.accepted)
-        yield Outcome(finish, len(prepared.prompt_ids), ids, first - started, now - first, report)
+        end = prepared.reasoning_end
+        reasoning = 0 if end is None else (ids.index(end) if end in ids else len(ids))
+        yield Outcome(
+            finish,
+            len(prepared.prompt_ids),
+            ids,
+            first - started,
+            now - first,
+            report,
+            text.matched,
+            reasoning,
+        )
 
     # --- status ---------------------------------------------------------------------------------
 

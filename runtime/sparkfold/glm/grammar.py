@@ -146,7 +146,9 @@ def tool_constraint(request: Any, tool_format: ToolFormat) -> OutputConstraint |
             max_whitespace_cnt=MAX_WHITESPACE,
         )
     except (ValueError, TypeError) as exc:
-        raise GrammarError(f"cannot force this tool call: {client_reason(exc)}", param="tool_choice") from None
+        raise GrammarError(
+            f"cannot force this tool call: {client_reason(exc)}", param="tool_choice"
+        ) from None
     return OutputConstraint("structural_tag", tag.model_dump_json(), "tool_choice")
 
 

@@ -16,8 +16,8 @@ Feed decoded text (special tokens kept) as it arrives; each :meth:`OutputParser.
   display names like ``Weather/get_weather``); a call to a tool the request did not offer, or one
   that cannot be read, is not returned as a call (it is kept in :attr:`OutputParser.rejected`).
 * ``<|endoftext|>``, ``<|user|>``, ``<|observation|>`` and ``<|assistant|>`` end the reply and
-  never reach the text, nor do stray call tags outside a call; leading and trailing whitespace
-  of each channel is dropped.
+  never reach the text, nor do stray call tags outside a call, nor any other control token
+  (``<|end_of_transcription|>`` …); leading and trailing whitespace of each channel is dropped.
 
 The result does not depend on how the text is split into pieces.
 """
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparkfold.glm.arguments import coerce_arguments
-from sparkfold.glm.tokens import STOP_TOKENS, THINK, THINK_END, TOOL_CALL, TOOL_CALL_END
+from sparkfold.glm.tokens import SPECIAL_TOKENS, STOP_TOKENS, THINK, THINK_END, TOOL_CALL, TOOL_CALL_END
 from sparkfold.protocol import Delta, ToolCallDelta
 
 __all__ = ["OutputParser", "ParsedDelta", "ParsedMessage", "ParsedToolCall", "parse_output"]
@@ -45,7 +45,10 @@ _STRAY_TAGS = (
     "<arg_value>",
     "</arg_value>",
 )  # dropped outside a call
-_OUTSIDE_TAGS = (THINK, THINK_END, TOOL_CALL, *STOP_TOKENS, *_STRAY_TAGS)
+_SKIPPED_TAGS = tuple(
+    t for t in SPECIAL_TOKENS if t not in (THINK, THINK_END, TOOL_CALL, *STOP_TOKENS, *_STRAY_TAGS)
+)  # other control tokens (``<|end_of_transcription|>`` …): never reply text, as vLLM skips them
+_OUTSIDE_TAGS = (THINK, THINK_END, TOOL_CALL, *STOP_TOKENS, *_STRAY_TAGS, *_SKIPPED_TAGS)
 _INSIDE_TAGS = (TOOL_CALL_END, TOOL_CALL, *STOP_TOKENS)
 
 

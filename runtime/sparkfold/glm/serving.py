@@ -113,6 +113,11 @@ class GlmChat:
         vocab = self.tokenizer.get_vocab()
         return frozenset(vocab[t] for t in STOP_TOKENS if t in vocab)
 
+    @cached_property
+    def think_end_id(self) -> int | None:
+        """The ``</think>`` token: a thinking reply's reasoning ends there."""
+        return self.tokenizer.get_vocab().get(THINK_END)
+
     def parser_for(self, request: Any) -> StreamParser:
         """The reply parser of ``request`` (the engine's ``ParserFactory`` seam)."""
         rendered = self.renderer.render_request(request, default_thinking=self.default_thinking)

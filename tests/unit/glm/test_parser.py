@@ -192,6 +192,12 @@ def test_stop_tokens_end_the_reply_and_never_leak(stop: str) -> None:
     assert stop not in message.reasoning + message.content
 
 
+@pytest.mark.parametrize("token", ["<|end_of_transcription|>", "[gMASK]", "<|begin_of_box|>", "<|image|>"])
+def test_other_control_tokens_are_skipped_from_the_text(token: str) -> None:
+    message = streamed(["why", token[:4], token[4:] + "</think>an", token, "swer"])
+    assert (message.reasoning, message.content) == ("why", "answer")
+
+
 def test_empty_deltas_while_a_call_is_open() -> None:
     parser = OutputParser(TOOLS)
     parser.feed("</think>")

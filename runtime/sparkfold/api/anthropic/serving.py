@@ -6,7 +6,7 @@ from typing import Any
 
 from sparkfold.api.anthropic.protocol import CountTokensRequest, MessagesRequest
 from sparkfold.api.anthropic.stream import anthropic_sse
-from sparkfold.api.anthropic.translate import from_chat, to_chat, to_chat_messages
+from sparkfold.api.anthropic.translate import chat_tools, from_chat, to_chat, to_chat_messages
 from sparkfold.api.context import CallContext
 from sparkfold.api.errors import ApiError, InvalidRequest, UpstreamError
 from sparkfold.api.openai.serving import ChatServing, log_ignored
@@ -47,8 +47,14 @@ class MessagesServing:
         messages = to_chat_messages(request)
         if isinstance(messages, InvalidRequest):
             return messages
+        tools = chat_tools(request)
+        if isinstance(tools, InvalidRequest):
+            return tools
+        body: dict[str, Any] = {"messages": messages}
+        if tools and (request.tool_choice or {}).get("type") != "none":
+            body["tools"] = tools  # the prompt shows them: they count
         try:
-            result = await self.engine.post_json("/tokenize", {"messages": messages})
+            result = await self.engine.post_json("/tokenize", body)
         except ApiError as error:
             return error
         count = result.get("count")

@@ -59,29 +59,37 @@ class _Blocks:
         )
 
 
-async def anthropic_sse(
-    batches: AsyncIterable[list[ChatEvent]], *, model: str, stop_sequences: list[str] | None
-) -> AsyncIterator[bytes]:
-    blocks = _Blocks()
-    finish: dict[str, Any] = {}
-    usage: dict[str, Any] = {}
-    yield event(
+def _message_start(model: str, usage: Any) -> bytes:
+    input_tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+    return event(
         "message_start",
         {
             "type": "message_start",
             "message": {
-                "id": new_id("msg"),
+                "id": new_id("msg", "_"),
                 "type": "message",
                 "role": "assistant",
                 "model": model,
                 "content": [],
                 "stop_reason": None,
                 "stop_sequence": None,
-                "usage": {"input_tokens": 0, "output_tokens": 0},
+                "usage": {"input_tokens": int(input_tokens or 0), "output_tokens": 0},
             },
         },
     )
+
+
+async def anthropic_sse(
+    batches: AsyncIterable[list[ChatEvent]], *, model: str, stop_sequences: list[str] | None
+) -> AsyncIterator[bytes]:
+    blocks = _Blocks()
+    finish: dict[str, Any] = {}
+    usage: dict[str, Any] = {}
+    started = False
     async for item in each_event(batches):
+        if not started:  # after the engine's first chunk: it carries the prompt's token count
+            started = True
+            yield _message_start(model, getattr(batches, "usage", None))
         if item is None:
             yield PING
             continue
@@ -115,7 +123,7 @@ async def anthropic_sse(
                 if function.get("name"):
                     start = {
                         "type": "tool_use",
-                        "id": call.get("id") or new_id("toolu"),
+                        "id": call.get("id") or new_id("toolu", "_"),
                         "name": function["name"],
                         "input": {},
                     }
@@ -127,6 +135,8 @@ async def anthropic_sse(
                     yield blocks.delta({"type": "input_json_delta", "partial_json": piece})
             if choice.get("finish_reason"):
                 finish = choice
+    if not started:
+        yield _message_start(model, None)
     for out in blocks.close():
         yield out
     stop_reason, stop_sequence = stop_of(finish, stop_sequences)

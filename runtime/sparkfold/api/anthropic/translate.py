@@ -17,7 +17,7 @@ from sparkfold.api.anthropic.protocol import CountTokensRequest, MessagesRequest
 from sparkfold.api.errors import InvalidRequest, untranslatable
 from sparkfold.protocol import ChatCompletionRequest, new_id
 
-__all__ = ["STOP_REASONS", "from_chat", "to_chat", "to_chat_messages"]
+__all__ = ["STOP_REASONS", "chat_tools", "from_chat", "to_chat", "to_chat_messages"]
 
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
 _REFUSED = ("container", "mcp_servers")
@@ -158,7 +158,7 @@ def to_chat_messages(request: MessagesRequest | CountTokensRequest) -> list[dict
     return messages
 
 
-def _tools(request: MessagesRequest | CountTokensRequest) -> list[dict[str, Any]] | InvalidRequest | None:
+def chat_tools(request: MessagesRequest | CountTokensRequest) -> list[dict[str, Any]] | InvalidRequest | None:
     if request.tools is None:
         return None
     tools = []
@@ -200,7 +200,7 @@ def to_chat(request: MessagesRequest) -> ChatCompletionRequest | InvalidRequest:
     messages = to_chat_messages(request)
     if isinstance(messages, InvalidRequest):
         return messages
-    tools = _tools(request)
+    tools = chat_tools(request)
     if isinstance(tools, InvalidRequest):
         return tools
     choice = _tool_choice(request.tool_choice)
@@ -213,7 +213,8 @@ def to_chat(request: MessagesRequest) -> ChatCompletionRequest | InvalidRequest:
         "stream": request.stream,
     }
     if request.stream:
-        fields["stream_options"] = {"include_usage": True}
+        # continuous_usage_stats: the engine's first chunk carries the prompt's tokens (message_start)
+        fields["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
     for name in ("temperature", "top_p", "top_k"):
         if getattr(request, name) is not None:
             fields[name] = getattr(request, name)
@@ -256,7 +257,7 @@ def from_chat(result: dict[str, Any], *, model: str, stop_sequences: list[str] |
         content.append(
             {
                 "type": "tool_use",
-                "id": call.get("id") or new_id("toolu"),
+                "id": call.get("id") or new_id("toolu", "_"),
                 "name": function.get("name", ""),
                 "input": arguments if isinstance(arguments, dict) else {},
             }
@@ -264,7 +265,7 @@ def from_chat(result: dict[str, Any], *, model: str, stop_sequences: list[str] |
     stop_reason, stop_sequence = stop_of(choice, stop_sequences)
     usage = result.get("usage") or {}
     return {
-        "id": new_id("msg"),
+        "id": new_id("msg", "_"),
         "type": "message",
         "role": "assistant",
         "model": model,

@@ -71,6 +71,11 @@ def check_priority(value: Any) -> ClientError | None:
     return InvalidRequest(f'priority must be "normal" or "background"; got {value!r}', param="priority")
 
 
+def _include_usage(body: dict[str, Any]) -> bool:
+    options = body.get("stream_options")
+    return isinstance(options, dict) and bool(options.get("include_usage"))
+
+
 def _first_token_hook(metrics: Metrics, call: CallContext) -> Any:
     return lambda: metrics.ttft.labels(call.route).observe(time.perf_counter() - call.started)
 
@@ -176,6 +181,7 @@ class ChatServing:
             toolbox=prepared.toolbox,
             on_first_token=_first_token_hook(self.metrics, call),
             on_usage=self.metrics.count_usage,
+            include_usage=_include_usage(prepared.body),
         )
 
     async def create(
@@ -252,6 +258,7 @@ class CompletionServing:
             toolbox=Toolbox(None),
             on_first_token=_first_token_hook(self.metrics, call),
             on_usage=self.metrics.count_usage,
+            include_usage=_include_usage(body),
         )
         return EventStream(openai_sse(stream), stream.aclose, self.metrics.cancelled.inc)
 
