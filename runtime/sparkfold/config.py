@@ -519,6 +519,10 @@ class ApiSettings(_Section):
     shutdown_grace_s: float = Field(
         5.0, ge=0, description="at shutdown, open streams get an error event; the rest may finish this long"
     )
+    cors_allowed_origins: list[str] = Field(
+        default_factory=list,
+        description='browser origins allowed to call the API (CORS), e.g. "https://app.example"; "*" = any',
+    )
 
     @property
     def keys_required(self) -> bool:

@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
+from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -69,6 +70,16 @@ def build_stack(app: ASGIApp, gateway: Gateway, settings: Settings) -> ASGIApp:
     app = Auth(app, keys=gateway.keys, required=api.keys_required, open_paths=OPEN_PATHS)
     # sees every final status, 401/413/429 included
     app = Observe(app, metrics=gateway.metrics)
+    # outside auth: a browser's preflight OPTIONS carries no key; errors get CORS headers too
+    if api.cors_allowed_origins:
+        app = CORSMiddleware(
+            app,
+            allow_origins=api.cors_allowed_origins,
+            allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
+            allow_headers=["*"],
+            expose_headers=["x-request-id", "retry-after"],
+            max_age=600,
+        )
     # every log line and response, errors included, carries the id
     app = RequestId(app)
     # outermost: nothing escapes as a dropped connection

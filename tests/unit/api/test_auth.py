@@ -65,3 +65,31 @@ def test_cli_refuses_in_one_line_saying_how_to_add_a_key(tmp_path: Path) -> None
     result = CliRunner().invoke(main, ["api", "--config", str(config)])
     assert result.exit_code == 1
     assert "secrets.token_urlsafe" in result.output and "Traceback" not in result.output
+
+
+def test_cors_preflight_needs_no_key_and_only_allowed_origins_get_headers(
+    start_gateway: Callable[..., Running], keys_file: Path
+) -> None:
+    gateway = start_gateway(api_keys_file=str(keys_file), cors_allowed_origins=["https://app.example"])
+    ask = {
+        "access-control-request-method": "POST",
+        "access-control-request-headers": "authorization,content-type",
+    }
+    allowed = gateway.http.options("/v1/chat/completions", headers={"origin": "https://app.example", **ask})
+    assert allowed.status_code == 200
+    assert allowed.headers["access-control-allow-origin"] == "https://app.example"
+    assert "POST" in allowed.headers["access-control-allow-methods"]
+    other = gateway.http.options("/v1/chat/completions", headers={"origin": "https://evil.example", **ask})
+    assert other.status_code == 400 and "access-control-allow-origin" not in other.headers
+    keyed = {"origin": "https://app.example", "authorization": "Bearer plain-key-1"}
+    real = gateway.http.get("/v1/models", headers=keyed)
+    assert real.status_code == 200 and real.headers["access-control-allow-origin"] == "https://app.example"
+    refused = gateway.http.get("/v1/models", headers={"origin": "https://app.example"})
+    assert (
+        refused.status_code == 401 and refused.headers["access-control-allow-origin"] == "https://app.example"
+    )
+
+
+def test_no_cors_headers_unless_configured(gateway: Running) -> None:
+    reply = gateway.http.get("/v1/models", headers={"origin": "https://app.example"})
+    assert "access-control-allow-origin" not in reply.headers

@@ -1,0 +1,321 @@
+"""The clients people put on an OpenAI/Anthropic endpoint, against the gateway and a real engine.
+
+Each test runs twice: on the demo model (SmolLM2-135M through its chat template) and on the tiny
+GLM-5.3 fixture (random weights: whatever it extracts, the grammar forced). The engine is
+`sparkfold engine` in a child process, the gateway runs in this process; one of each per model,
+shared by the module. The extracted model keeps every field bounded (an enum, a small integer, a
+boolean, a short string), so a forced reply ends within the token budget even on random weights.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import anthropic
+import openai
+import pytest
+from engine_procs import free_port, serving, write_config
+from pydantic import BaseModel, Field
+from tests.fakes.harness import settings_for
+from tests.fakes.scripted_engine import ServerThread
+
+from sparkfold.api import create_app
+
+pytestmark = pytest.mark.slow
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # LiteLLM fetches a price list otherwise
+
+BUDGET = 200  # tokens: more than any forced reply of Forecast needs
+ASK = [{"role": "user", "content": "What is the weather in Paris for the next 3 days?"}]
+
+
+class Forecast(BaseModel):
+    """A weather forecast."""
+
+    city: str = Field(max_length=6)
+    unit: Literal["C", "F"]
+    days: int = Field(ge=1, le=7)
+    sunny: bool
+
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather of a city",
+        "parameters": Forecast.model_json_schema(),
+    },
+}
+CLOCK = {
+    "type": "function",
+    "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}},
+}
+
+
+@dataclass(frozen=True)
+class Served:
+    kind: str
+    name: str
+    url: str
+
+    def oai(self) -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key="unused", max_retries=0, timeout=300)
+
+    def claude(self) -> anthropic.Anthropic:
+        return anthropic.Anthropic(base_url=self.url, api_key="unused", max_retries=0, timeout=300)
+
+
+@pytest.fixture(scope="module", params=["demo", "glm"])
+def served(
+    request: pytest.FixtureRequest, smol_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Served]:
+    directory = tmp_path_factory.mktemp(f"clients-{request.param}")
+    if request.param == "glm":
+        from sparkfold.testing.tiny_glm import write_tiny_glm
+
+        model, engine = write_tiny_glm(directory / "model"), {"thinking": False}
+    else:
+        model, engine = smol_dir, {}
+    port = free_port()
+    name = f"{request.param}-model"
+    config = write_config(
+        directory / "sparkfold.toml", model, port=port, served_name=name, max_tokens=BUDGET, **engine
+    )
+    with serving(config, directory / "engine.log", port), ServerThread(
+        create_app(settings_for(port, parallel=2, max_queued=4, keepalive_s=30))
+    ) as gateway:
+        yield Served(request.param, name, gateway.url)
+
+
+def _forecast(arguments: str | dict[str, Any]) -> Forecast:
+    """Strict: JSON without raw control characters, every field valid."""
+    data = json.loads(arguments, strict=True) if isinstance(arguments, str) else arguments
+    return Forecast.model_validate(data)
+
+
+# --- agent frameworks: a small pydantic model, extracted ------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["TOOLS", "JSON_SCHEMA"])
+def test_instructor_extracts_the_model(served: Served, mode: str) -> None:
+    import instructor
+
+    client = instructor.from_openai(served.oai(), mode=getattr(instructor.Mode, mode))
+    forecast = client.chat.completions.create(
+        model=served.name,
+        response_model=Forecast,
+        messages=ASK,  # type: ignore[arg-type]
+        max_tokens=BUDGET,
+        temperature=0,
+        max_retries=0,
+    )
+    assert isinstance(forecast, Forecast) and 1 <= forecast.days <= 7
+
+
+@pytest.mark.parametrize("method", ["function_calling", "json_schema"])
+def test_langchain_with_structured_output(served: Served, method: str) -> None:
+    from langchain_openai import ChatOpenAI
+
+    chat = ChatOpenAI(
+        model=served.name,
+        base_url=f"{served.url}/v1",
+        api_key="unused",  # type: ignore[arg-type]
+        max_tokens=BUDGET,  # type: ignore[call-arg]
+        temperature=0,
+        max_retries=0,
+    )
+    forecast = chat.with_structured_output(Forecast, method=method).invoke(ASK[0]["content"])  # type: ignore[arg-type]
+    assert isinstance(forecast, Forecast)
+
+
+def test_pydantic_ai_tool_output(served: Served) -> None:
+    from pydantic_ai import Agent
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    model = OpenAIChatModel(
+        served.name, provider=OpenAIProvider(base_url=f"{served.url}/v1", api_key="unused")
+    )
+    agent = Agent(model, output_type=Forecast, retries=0)
+    result = agent.run_sync(ASK[0]["content"], model_settings={"max_tokens": BUDGET, "temperature": 0})
+    assert isinstance(result.output, Forecast)
+
+
+def test_litellm_forced_tool_call(served: Served) -> None:
+    import litellm
+
+    reply = litellm.completion(
+        model=f"openai/{served.name}",
+        api_base=f"{served.url}/v1",
+        api_key="unused",
+        messages=ASK,
+        tools=[WEATHER, CLOCK],
+        tool_choice="required",
+        max_tokens=BUDGET,
+        temperature=0,
+    )
+    calls = reply.choices[0].message.tool_calls  # type: ignore[union-attr]
+    assert calls and {c.function.name for c in calls} <= {"get_weather", "get_time"}
+    for call in calls:
+        if call.function.name == "get_weather":
+            _forecast(call.function.arguments)
+
+
+# --- forced tool calls: OpenAI and Anthropic spellings ---------------------------------------------
+
+
+def test_openai_named_tool_and_a_single_call(served: Served) -> None:
+    reply = served.oai().chat.completions.create(
+        model=served.name,
+        messages=ASK,  # type: ignore[arg-type]
+        tools=[CLOCK, WEATHER],  # type: ignore[list-item]
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        parallel_tool_calls=False,
+        max_tokens=BUDGET,
+        temperature=0,
+    )
+    (call,) = reply.choices[0].message.tool_calls or []
+    assert call.function.name == "get_weather"  # type: ignore[union-attr]
+    _forecast(call.function.arguments)  # type: ignore[union-attr]
+    assert reply.choices[0].finish_reason == "tool_calls"
+
+
+@pytest.mark.parametrize(
+    "choice", [{"type": "any", "disable_parallel_tool_use": True}, {"type": "tool", "name": "get_weather"}]
+)
+def test_anthropic_forced_tool_use(served: Served, choice: dict[str, Any]) -> None:
+    tools = [
+        {"name": t["function"]["name"], "input_schema": t["function"]["parameters"]}  # type: ignore[index]
+        for t in (WEATHER, CLOCK)
+    ]
+    message = served.claude().messages.create(
+        model=served.name,
+        max_tokens=BUDGET,
+        messages=ASK,  # type: ignore[arg-type]
+        tools=tools,  # type: ignore[arg-type]
+        tool_choice=choice,  # type: ignore[arg-type]
+        temperature=0,
+    )
+    uses = [block for block in message.content if block.type == "tool_use"]
+    assert len(uses) == 1 and message.stop_reason == "tool_use"
+    if choice["type"] == "tool":
+        assert uses[0].name == "get_weather"
+    if uses[0].name == "get_weather":
+        _forecast(uses[0].input)  # type: ignore[arg-type]
+
+
+# --- structured output, text parts, usage, Anthropic fidelity --------------------------------------
+
+
+def test_structured_output_is_strict_json(served: Served) -> None:
+    fmt = {"type": "json_schema", "json_schema": {"name": "forecast", "schema": Forecast.model_json_schema()}}
+    for seed in range(3):
+        reply = served.oai().chat.completions.create(
+            model=served.name,
+            messages=ASK,  # type: ignore[arg-type]
+            response_format=fmt,  # type: ignore[arg-type]
+            max_tokens=BUDGET,
+            temperature=1.0,
+            seed=seed,
+        )
+        assert reply.choices[0].finish_reason == "stop"
+        _forecast(reply.choices[0].message.content or "")
+
+
+def test_content_as_text_parts(served: Served) -> None:
+    parts = [{"type": "text", "text": "Say hello"}, {"type": "text", "text": " to Paris."}]
+    reply = served.oai().chat.completions.create(
+        model=served.name,
+        messages=[{"role": "user", "content": parts}],  # type: ignore[list-item]
+        max_tokens=8,
+        temperature=0,
+    )
+    assert reply.usage is not None and reply.usage.completion_tokens > 0
+    message = served.claude().messages.create(
+        model=served.name,
+        max_tokens=8,
+        system=[{"type": "text", "text": "Be brief."}],
+        messages=[{"role": "user", "content": parts}],  # type: ignore[list-item]
+    )
+    assert message.usage.output_tokens > 0
+
+
+def test_usage_comes_once_on_the_last_chunk(served: Served) -> None:
+    stream = served.oai().chat.completions.create(
+        model=served.name,
+        messages=ASK,  # type: ignore[arg-type]
+        max_tokens=8,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    with_usage = [c for c in chunks if c.usage is not None]
+    assert with_usage == [chunks[-1]] and chunks[-1].choices == []
+    assert chunks[-1].usage.completion_tokens == 8  # type: ignore[union-attr]
+
+    from langchain_openai import ChatOpenAI
+
+    chat = ChatOpenAI(
+        model=served.name,
+        base_url=f"{served.url}/v1",
+        api_key="unused",  # type: ignore[arg-type]
+        max_tokens=8,  # type: ignore[call-arg]
+        temperature=0,
+        stream_usage=True,
+    )
+    total = None
+    for piece in chat.stream("Say hello."):
+        total = piece if total is None else total + piece
+    assert total is not None and total.usage_metadata is not None
+    assert total.usage_metadata["output_tokens"] == 8
+
+
+def test_reasoning_tokens_are_counted(served: Served) -> None:
+    if served.kind != "glm":
+        pytest.skip("the demo model does not reason")
+    reply = served.oai().chat.completions.create(
+        model=served.name,
+        messages=ASK,  # type: ignore[arg-type]
+        max_tokens=12,
+        reasoning_effort="high",
+    )
+    usage = reply.usage
+    assert usage is not None and usage.completion_tokens_details is not None
+    # random weights never close the think block: every reply token is reasoning
+    assert usage.completion_tokens_details.reasoning_tokens == usage.completion_tokens == 12
+
+
+def test_anthropic_stop_sequence_ids_and_token_counts(served: Served) -> None:
+    claude = served.claude()
+    plain = claude.messages.create(model=served.name, max_tokens=12, messages=ASK, temperature=0)  # type: ignore[arg-type]
+    assert plain.id.startswith("msg_")
+    text = "".join(block.text for block in plain.content if block.type == "text")
+    words = [w for w in text.split() if len(w) > 2]
+    if not words:
+        pytest.skip(f"the greedy reply has no word to stop on: {text!r}")
+    stopped = claude.messages.create(
+        model=served.name,
+        max_tokens=12,
+        messages=ASK,
+        temperature=0,
+        stop_sequences=["zzzq", words[0]],  # type: ignore[arg-type]
+    )
+    assert (stopped.stop_reason, stopped.stop_sequence) == ("stop_sequence", words[0])
+
+    with claude.messages.stream(model=served.name, max_tokens=4, messages=ASK) as stream:  # type: ignore[arg-type]
+        events = list(stream)
+    start = events[0]
+    assert start.type == "message_start" and start.message.id.startswith("msg_")
+    assert start.message.usage.input_tokens == plain.usage.input_tokens > 0
+
+    counted = claude.messages.count_tokens(model=served.name, messages=ASK)  # type: ignore[arg-type]
+    tools = [{"name": "get_weather", "input_schema": Forecast.model_json_schema()}]
+    with_tools = claude.messages.count_tokens(model=served.name, messages=ASK, tools=tools)  # type: ignore[arg-type]
+    assert counted.input_tokens == plain.usage.input_tokens
+    assert with_tools.input_tokens > counted.input_tokens
