@@ -319,3 +319,13 @@ def test_anthropic_stop_sequence_ids_and_token_counts(served: Served) -> None:
     with_tools = claude.messages.count_tokens(model=served.name, messages=ASK, tools=tools)  # type: ignore[arg-type]
     assert counted.input_tokens == plain.usage.input_tokens
     assert with_tools.input_tokens > counted.input_tokens
+
+
+def test_model_card_and_single_rank_health(served: Served) -> None:
+    oai = served.oai()
+    card = oai.models.retrieve(served.name)
+    assert card.id == served.name
+    with pytest.raises(openai.NotFoundError):
+        oai.models.retrieve("no-such-model")
+    health = httpx.get(f"{served.url}/health", timeout=30).json()
+    assert health["engine"]["ok"] and health["peer"] is None  # docs/api.md: null on one rank

@@ -86,7 +86,8 @@ class HealthServing:
         try:
             raw = await self.engine.get_json("/health", timeout_s=PROBE_TIMEOUT_S)
             engine = EngineHealth.model_validate(raw)
-            peer = engine.peer
+            # a single-rank engine says ``"state": "absent"`` (or nothing): no peer, ``null``
+            peer = engine.peer if engine.peer is not None and engine.peer.state != "absent" else None
             engine_report: dict[str, Any] = {
                 "url": self.engine.base_url,
                 **engine.model_dump(exclude={"peer"}),

@@ -11,6 +11,7 @@ from sparkfold.api.openai.protocol import (
     CompletionRequest,
     DetokenizeRequest,
     DetokenizeResponse,
+    ModelCard,
     ModelList,
     TokenizeRequest,
     TokenizeResponse,
@@ -29,6 +30,13 @@ def _call(request: Request) -> CallContext:
 @router.get("/models", include_in_schema=False)  # TensorFold's alias
 async def list_models(request: Request) -> Response:
     return respond(await gateway(request).utility.models(), request.scope["path"])
+
+
+@router.get(
+    "/v1/models/{model_id:path}", response_model=ModelCard, responses=ERROR_RESPONSES, tags=["openai"]
+)
+async def get_model(model_id: str, request: Request) -> Response:
+    return respond(await gateway(request).utility.model(model_id), request.scope["path"])
 
 
 @router.post("/v1/chat/completions", response_model=None, responses=ERROR_RESPONSES, tags=["openai"])

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from sparkfold.api.chat_stream import DONE, ChatEvent, ChatStream
 from sparkfold.api.context import CallContext
-from sparkfold.api.errors import ApiError, ClientError, InvalidRequest, UpstreamError
+from sparkfold.api.errors import ApiError, ClientError, InvalidRequest, NotFound, UpstreamError
 from sparkfold.api.lanes import at_the_head
 from sparkfold.api.limits import MediaLimits, check_media, check_sampling
 from sparkfold.api.metrics import Metrics
@@ -276,6 +276,20 @@ class UtilityServing:
             return await self.engine.get_json("/v1/models")
         except ApiError as error:
             return error
+
+    async def model(self, model_id: str) -> dict[str, Any] | ApiError:
+        """One model card of the engine's ``/v1/models``, or 404."""
+        listed = await self.models()
+        if isinstance(listed, ApiError):
+            return listed
+        for card in listed.get("data") or []:
+            if isinstance(card, dict) and card.get("id") == model_id:
+                return card
+        return NotFound(
+            f"The model `{model_id}` does not exist; this server serves `{self.served_name}`.",
+            param="model",
+            code="model_not_found",
+        )
 
     async def tokenize(self, request: TokenizeRequest, call: CallContext) -> dict[str, Any] | ApiError:
         if (request.prompt is None) == (request.messages is None):
