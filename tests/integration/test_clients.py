@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import anthropic
+import httpx
 import openai
 import pytest
 from engine_procs import free_port, serving, write_config
@@ -86,9 +87,10 @@ def served(
     config = write_config(
         directory / "sparkfold.toml", model, port=port, served_name=name, max_tokens=BUDGET, **engine
     )
-    with serving(config, directory / "engine.log", port), ServerThread(
-        create_app(settings_for(port, parallel=2, max_queued=4, keepalive_s=30))
-    ) as gateway:
+    with (
+        serving(config, directory / "engine.log", port),
+        ServerThread(create_app(settings_for(port, parallel=2, max_queued=4, keepalive_s=30))) as gateway,
+    ):
         yield Served(request.param, name, gateway.url)
 
 
