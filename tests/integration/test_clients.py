@@ -31,6 +31,7 @@ pytestmark = pytest.mark.slow
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # LiteLLM fetches a price list otherwise
 
+GREEDY = {"temperature": 0}  # the anthropic SDK has no temperature argument any more
 BUDGET = 200  # tokens: more than any forced reply of Forecast needs
 ASK = [{"role": "user", "content": "What is the weather in Paris for the next 3 days?"}]
 
@@ -201,7 +202,7 @@ def test_anthropic_forced_tool_use(served: Served, choice: dict[str, Any]) -> No
         messages=ASK,  # type: ignore[arg-type]
         tools=tools,  # type: ignore[arg-type]
         tool_choice=choice,  # type: ignore[arg-type]
-        temperature=0,
+        extra_body=GREEDY,
     )
     uses = [block for block in message.content if block.type == "tool_use"]
     assert len(uses) == 1 and message.stop_reason == "tool_use"
@@ -285,7 +286,7 @@ def test_reasoning_tokens_are_counted(served: Served) -> None:
         model=served.name,
         messages=ASK,  # type: ignore[arg-type]
         max_tokens=12,
-        reasoning_effort="high",
+        extra_body={"chat_template_kwargs": {"enable_thinking": True}},
     )
     usage = reply.usage
     assert usage is not None and usage.completion_tokens_details is not None
@@ -295,7 +296,7 @@ def test_reasoning_tokens_are_counted(served: Served) -> None:
 
 def test_anthropic_stop_sequence_ids_and_token_counts(served: Served) -> None:
     claude = served.claude()
-    plain = claude.messages.create(model=served.name, max_tokens=12, messages=ASK, temperature=0)  # type: ignore[arg-type]
+    plain = claude.messages.create(model=served.name, max_tokens=12, messages=ASK, extra_body=GREEDY)  # type: ignore[arg-type]
     assert plain.id.startswith("msg_")
     text = "".join(block.text for block in plain.content if block.type == "text")
     words = [w for w in text.split() if len(w) > 2]
@@ -305,7 +306,7 @@ def test_anthropic_stop_sequence_ids_and_token_counts(served: Served) -> None:
         model=served.name,
         max_tokens=12,
         messages=ASK,
-        temperature=0,
+        extra_body=GREEDY,
         stop_sequences=["zzzq", words[0]],  # type: ignore[arg-type]
     )
     assert (stopped.stop_reason, stopped.stop_sequence) == ("stop_sequence", words[0])

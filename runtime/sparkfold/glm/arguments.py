@@ -80,7 +80,8 @@ def coerce_value(text: str, schema: Mapping[str, Any] | None) -> Any:
         return text.strip()
     types = _allowed_types(schema)
     if types == {"string"}:
-        return text
+        bounded = "maxLength" in schema or "minLength" in schema
+        return text.strip() if bounded else text  # a grammar lets whitespace surround a bounded one
     ok, value = _parse(text)
     if not ok:
         return text

@@ -27,6 +27,8 @@ from sparkfold.glm.arguments import coerce_arguments, coerce_value
         ("1", {"enum": ["1", "2"]}, "1"),
         ("3", {"enum": [1, 2, 3]}, 3),
         ("\nC\n", {"type": "string", "enum": ["C", "F"]}, "C"),  # whitespace a grammar allowed
+        ("ab cd \r", {"type": "string", "maxLength": 6}, "ab cd"),
+        (" ab ", {"type": "string"}, " ab "),
         ("not json", {"type": "integer"}, "not json"),
         ('"quoted"', {"type": "string"}, '"quoted"'),
         ("12", None, 12),
