@@ -108,6 +108,26 @@ def wait_healthy(url: str, proc: ChildProcess, deadline_s: float = 240) -> None:
     pytest.fail(f"engine not healthy after {deadline_s} s:\n{proc.output()[-3000:]}")
 
 
+def start_api(config: Path, port: int, deadline_s: float = 30) -> subprocess.Popen[bytes]:
+    """``sparkfold api --config FILE`` as a child process (stderr piped for the test to read),
+    returned once its ``/health`` answers on ``port`` at all (bounded)."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", "from sparkfold.cli import main; main()", "api", "--config", str(config)],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + deadline_s
+    while True:
+        try:
+            httpx.get(f"http://127.0.0.1:{port}/health", timeout=1)
+            return process
+        except httpx.TransportError:
+            assert process.poll() is None, process.stderr.read().decode()  # type: ignore[union-attr]
+            assert time.monotonic() < deadline, "gateway did not start"
+            time.sleep(0.05)
+
+
 @contextlib.contextmanager
 def serving(config: Path, log: Path, port: int) -> Iterator[str]:
     """``sparkfold engine`` on ``config`` for the block: its URL once ``/health`` is ok; killed after."""

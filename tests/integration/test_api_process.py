@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 from tests.fakes.scripted_engine import free_port
+from tests.integration.engine_procs import start_api
 
 from sparkfold.api.keys import hash_key
 
@@ -27,23 +28,8 @@ def gateway_process(tmp_path: Path) -> Iterator[tuple[str, Path, subprocess.Pope
         f'[engine]\nmodel = "x"\nport = {free_port()}\n'
         f'[api]\nhost = "127.0.0.1"\nport = {port}\napi_keys_file = "{keys}"\n'
     )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    process = subprocess.Popen(
-        [sys.executable, "-c", "from sparkfold.cli import main; main()", "api", "--config", str(config)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    process = start_api(config, port)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            httpx.get(url + "/health", timeout=1)
-            break
-        except httpx.TransportError:
-            assert process.poll() is None, process.stderr.read().decode()  # type: ignore[union-attr]
-            assert time.monotonic() < deadline, "gateway did not start"
-            time.sleep(0.05)
     yield url, keys, process
     if process.poll() is None:
         process.terminate()

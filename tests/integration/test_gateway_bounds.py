@@ -8,18 +8,16 @@ than an attacker. Every wait is bounded by a socket timeout or a deadline.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
-import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 from tests.fakes.scripted_engine import Script, ScriptedEngine, ServerThread, free_port
+from tests.integration.engine_procs import start_api
 
 WAIT_S = 20  # the longest any single read below may block
 
@@ -45,24 +43,8 @@ def start_gateway(
         config.write_text(
             f'[engine]\nmodel = "x"\nserved_name = "fake"\nport = {engine[1].port}\n[api]\n{lines}\n'
         )
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-        process = subprocess.Popen(
-            [sys.executable, "-c", "from sparkfold.cli import main; main()", "api", "--config", str(config)],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        processes.append(process)
+        processes.append(process := start_api(config, port))
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                httpx.get(url + "/health", timeout=1)
-                break
-            except httpx.TransportError:
-                assert process.poll() is None, process.stderr.read().decode()  # type: ignore[union-attr]
-                assert time.monotonic() < deadline, "gateway did not start"
-                time.sleep(0.05)
         return url, port, process
 
     yield start
