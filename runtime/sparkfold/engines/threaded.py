@@ -56,6 +56,10 @@ class Job:
 J = TypeVar("J", bound=Job)
 
 
+class EngineBroken(Exception):
+    """Raised by a backend when the engine, not one request, cannot go on (e.g. tp=2 ranks out of step)."""
+
+
 class ThreadedEngine(Generic[J]):
     """Tokenizer methods, health, ``generate``, ``close`` and the scheduling loop over one engine thread."""
 
@@ -227,6 +231,8 @@ class ThreadedEngine(Generic[J]):
             return True
         try:
             refused = self._begin(job)
+        except EngineBroken:
+            raise  # the engine itself cannot go on: the loop stops and the supervisor exits
         except Exception as exc:  # a backend bug on one request's input: that request fails, not the engine
             log.exception("a request could not be started")
             refused = EngineFailure(f"the request could not be started: {exc}")

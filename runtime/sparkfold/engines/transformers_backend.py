@@ -29,7 +29,7 @@ from sparkfold.engines.generator import EngineFailure
 from sparkfold.engines.models import ModelSource, resolve_model
 from sparkfold.engines.sampling import sample
 from sparkfold.engines.tensor_parallel import Link, Op, Rendezvous, meet, split_mlps
-from sparkfold.engines.threaded import Job, ThreadedEngine
+from sparkfold.engines.threaded import EngineBroken, Job, ThreadedEngine
 
 __all__ = ["Loaded", "ModelRunner", "TransformersGenerator", "load"]
 
@@ -223,8 +223,15 @@ class TransformersGenerator(ThreadedEngine[_Job]):
             log.warning("request refused at admission: %s", exc)
             return EngineFailure(f"the request's sampling parameters were refused: {exc}")
         job.rng = rng
-        job.slot = self._free.pop()
-        self._runner.open(job.slot)
+        slot = self._free.pop()
+        try:
+            self._runner.open(slot)
+        except Exception as exc:
+            self._free.append(slot)  # never opened: the next request may take it
+            if self._runner.link is not None:  # the ranks may be out of step now: stop, the supervisor exits
+                raise EngineBroken(f"opening a slot on both ranks failed: {exc}") from exc
+            raise
+        job.slot = slot
         return None
 
     def _step(self) -> None:

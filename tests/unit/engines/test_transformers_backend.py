@@ -136,6 +136,38 @@ def test_a_request_the_torch_generator_refuses_fails_alone(generator: Transforme
     assert len(asyncio.run(_collect(generator, [1, 2], SamplingParams(max_tokens=3)))) == 3
 
 
+def test_a_slot_that_failed_to_open_is_free_again(model: object) -> None:
+    # a failed open once kept its slot: after `parallel` such failures every request got
+    # "pop from empty list" (seen on the testbed after a rank restart)
+    runner = ModelRunner(model)
+    opened = runner.open
+    failures = iter([True, True, True])
+
+    def open_or_fail(slot: int) -> None:
+        if next(failures, False):
+            raise RuntimeError("the link to the other rank is gone")
+        opened(slot)
+
+    runner.open = open_or_fail  # type: ignore[method-assign]
+    engine = TransformersGenerator(runner, ByteTokenizer(), context_length=128, parallel=2)
+    try:
+        for _ in range(3):
+            with pytest.raises(EngineFailure, match="could not be started"):
+                asyncio.run(
+                    asyncio.wait_for(_collect(engine, [1, 2], SamplingParams(max_tokens=2)), timeout=20)
+                )
+        assert (
+            len(
+                asyncio.run(
+                    asyncio.wait_for(_collect(engine, [1, 2], SamplingParams(max_tokens=3)), timeout=20)
+                )
+            )
+            == 3
+        )
+    finally:
+        engine.close()
+
+
 def test_a_thinking_budget_closes_the_reasoning_after_n_tokens(generator: TransformersGenerator) -> None:
     from sparkfold.glm.budget import ThinkingBudget
 
