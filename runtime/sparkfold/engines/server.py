@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request, Response
@@ -88,6 +88,25 @@ async def _parse(request: Request, model: type[M]) -> M | ApiError:
         first = exc.errors()[0]
         param = ".".join(str(part) for part in first["loc"]) or None
         return ApiError(400, f"{param}: {first['msg']}" if param else str(first["msg"]), param)
+
+
+async def _admit(
+    service: EngineService,
+    request: Request,
+    model: type[M],
+    prepare: Callable[[M], Prepared | ApiError],
+) -> tuple[M, Prepared] | JSONResponse:
+    """A generating request parsed, prepared off the loop and given a lane, or its error reply."""
+    body = await _parse(request, model)
+    if isinstance(body, ApiError):
+        return _error(body)
+    prepared = await service.off_loop(prepare, body)
+    if isinstance(prepared, ApiError):
+        return _error(prepared)
+    refused = await service.wait_for_lane()
+    if refused is not None:
+        return _error(refused)
+    return body, prepared
 
 
 def _outcome_error(exc: BaseException) -> ApiError:
@@ -167,15 +186,10 @@ def create_app(service: EngineService, *, heartbeat_s: float = HEARTBEAT_S) -> D
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Response:
-        body = await _parse(request, ChatCompletionRequest)
-        if isinstance(body, ApiError):
-            return _error(body)
-        prepared = await service.off_loop(service.prepare_chat, body)
-        if isinstance(prepared, ApiError):
-            return _error(prepared)
-        refused = await service.wait_for_lane()
-        if refused is not None:
-            return _error(refused)
+        admitted = await _admit(service, request, ChatCompletionRequest, service.prepare_chat)
+        if isinstance(admitted, JSONResponse):
+            return admitted
+        body, prepared = admitted
         parser = prepared.parser
         if body.stream:
             options = body.stream_options or {}
@@ -201,15 +215,10 @@ def create_app(service: EngineService, *, heartbeat_s: float = HEARTBEAT_S) -> D
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
-        body = await _parse(request, CompletionRequest)
-        if isinstance(body, ApiError):
-            return _error(body)
-        prepared = await service.off_loop(service.prepare_completion, body)
-        if isinstance(prepared, ApiError):
-            return _error(prepared)
-        refused = await service.wait_for_lane()
-        if refused is not None:
-            return _error(refused)
+        admitted = await _admit(service, request, CompletionRequest, service.prepare_completion)
+        if isinstance(admitted, JSONResponse):
+            return admitted
+        body, prepared = admitted
         if body.stream:
             usage_chunk = bool((body.stream_options or {}).get("include_usage"))
             return _stream(_completion_stream(service, prepared, usage_chunk), pacing)
