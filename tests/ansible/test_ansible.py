@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 import shutil
 import subprocess
@@ -32,10 +33,10 @@ def host_systemd() -> str:
     return version.partition("\n")[0]
 
 
-def render_example(repo: Path, folder: Path) -> None:
+def render_example(repo: Path, folder: Path, *extra: str) -> None:
     """What the example inventory renders (sparkfold.toml and the units) for this host's systemd, per
-    host under ``folder``."""
-    args = ["-i", "inventory/example", "tests/ansible/render.yml", "-e", f"render_dir={folder}"]
+    host under ``folder``; ``extra``: more ansible-playbook arguments (``-e`` overrides)."""
+    args = ["-i", "inventory/example", "tests/ansible/render.yml", "-e", f"render_dir={folder}", *extra]
     if host_systemd():
         args += ["-e", f"render_systemd='{host_systemd()}'"]
     result = ansible(repo, "ansible-playbook", *args)
@@ -144,6 +145,20 @@ def test_example_inventory_renders_a_valid_pair(repo: Path, tmp_path: Path) -> N
     assert "Restart=on-failure" in engine_unit
     api_unit = (tmp_path / "spark-head/sparkfold-api.service").read_text()
     assert "ExecReload=/bin/kill -HUP $MAINPID" in api_unit
+
+
+@pytest.mark.parametrize(
+    ("engine", "api", "lanes", "queued"), [(2, {}, 2, 8), (4, {"sparkfold_api_parallel": 3}, 3, 12)]
+)
+def test_the_gateway_lanes_follow_the_engine_unless_set_lower(
+    repo: Path, tmp_path: Path, engine: int, api: dict[str, int], lanes: int, queued: int
+) -> None:
+    """An inventory that sets only sparkfold_engine_parallel renders a head that passes config check,
+    its gateway with as many lanes and 4 queued a lane (sparkfold.config's rule, written once)."""
+    overrides = json.dumps({"sparkfold_engine_parallel": engine, **api})
+    render_example(repo, tmp_path, "-e", overrides)
+    head = load(tmp_path / "spark-head/sparkfold.toml")
+    assert (head.engine.parallel, head.api.parallel, head.api.max_queued) == (engine, lanes, queued)
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="needs systemd-analyze")
