@@ -56,6 +56,9 @@ TENSORFOLD_MAX_PARALLEL = 8
 TENSORFOLD_MAX_CONTEXT = 1_048_576
 LANES_PER_QUEUE = 4
 """Queued requests per lane when ``api.max_queued`` is left out."""
+STALL_S = {"ours": 300.0, "tensorfold": 900.0}
+"""``engine.stall_s`` left out: ours see every engine step; TensorFold's token counters stand still
+through a prefill, so its limit must be above the longest one (a 1M-token prompt)."""
 
 
 class ConfigError(ValueError):
@@ -287,11 +290,6 @@ class TensorfoldSettings(_Section):
     stop_timeout_s: float = Field(
         30.0, ge=0, description="on stop, SIGTERM then this long before SIGKILL (docker stop -t)"
     )
-    stall_s: float = Field(
-        900.0,
-        gt=0,
-        description="rank 0 busy with no token counted this long is stalled: the watchdog is no longer fed",
-    )
     probe_every_s: float = Field(
         300.0,
         gt=0,
@@ -355,6 +353,16 @@ class TensorfoldSettings(_Section):
     watchdog_exit: bool = Field(False, description="exit 1 on a stuck step (TF_GLM_MULTI_WATCHDOG_EXIT)")
     loop_guard: bool = Field(False, description="close a looping think block (TF_GLM_LOOP_GUARD)")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _stall_moved(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and "stall_s" in data:
+            raise ValueError(
+                "stall_s moved to [engine] stall_s (one knob for every engine kind): "
+                "write it there, and remove it from [engine.tensorfold]"
+            )
+        return data
+
     @model_validator(mode="after")
     def _drafter_and_env(self) -> TensorfoldSettings:
         if self.drafter != "none" and not self.drafter.startswith("/"):
@@ -412,14 +420,23 @@ class EngineSettings(_Section):
     seed: int = Field(0, ge=0, description="base seed for sampled requests without a seed")
     drain_s: float = Field(30.0, ge=0, description="on SIGTERM, wait this long for in-flight requests")
     stall_s: float = Field(
-        300.0,
+        STALL_S["ours"],
         gt=0,
-        description="work pending this long with no engine step completed: unhealthy (watchdog stops)",
+        description="work pending this long without progress: unhealthy, the watchdog stops "
+        "(unset: 300 s, one engine step; 900 s for tensorfold, its counters stand still in a prefill)",
     )
     transformers: TransformersSettings = Field(default_factory=TransformersSettings)
     exllamav3: Exllamav3Settings = Field(default_factory=Exllamav3Settings)
     tensorfold: TensorfoldSettings = Field(default_factory=TensorfoldSettings)
     media: MediaSettings = Field(default_factory=MediaSettings)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stall_by_kind(cls, data: Any) -> Any:
+        """``stall_s`` left out: the engine kind's own default (:data:`STALL_S`)."""
+        if isinstance(data, Mapping) and "stall_s" not in data:
+            return {**data, "stall_s": STALL_S["tensorfold" if data.get("kind") == "tensorfold" else "ours"]}
+        return data
 
     @model_validator(mode="after")
     def _engine_stays_on_loopback(self) -> EngineSettings:

@@ -61,8 +61,8 @@ def notify_socket(tmp_path: Path) -> Iterator[NotifySocket]:
 
 def head_config(repo: Path, tmp_path: Path, port: int) -> Path:
     data = load(repo / "examples/spark-pair/head.toml").model_dump(mode="json", exclude_none=True)
-    data["engine"] |= {"tp": 1, "port": port, "context": 4096, "max_tokens": 1024}
-    data["engine"]["tensorfold"] |= {"stop_timeout_s": 5, "probe_every_s": 0.5, "stall_s": 30}
+    data["engine"] |= {"tp": 1, "port": port, "context": 4096, "max_tokens": 1024, "stall_s": 30}
+    data["engine"]["tensorfold"] |= {"stop_timeout_s": 5, "probe_every_s": 0.5}
     data["paths"] = {"state_dir": str(tmp_path / "state"), "cache_dir": str(tmp_path / "cache")}
     path = tmp_path / "head.toml"
     path.write_text(tomli_w.dumps(data))

@@ -100,3 +100,14 @@ def test_gateway_lanes_and_queue_follow_the_engine_unless_given() -> None:
     assert (given.api.parallel, given.api.max_queued) == (1, 3)
     default = parse({"engine": {"model": "m"}})
     assert (default.api.parallel, default.api.max_queued) == (4, 16)
+
+
+def test_one_stall_knob_for_every_engine_kind(tmp_path: Path) -> None:
+    ours = parse({"engine": {"model": "m"}})
+    tensorfold = parse({"engine": {"model": "m", "kind": "tensorfold"}})
+    given = parse({"engine": {"model": "m", "kind": "tensorfold", "stall_s": 60}})
+    assert (ours.engine.stall_s, tensorfold.engine.stall_s, given.engine.stall_s) == (300, 900, 60)
+    old = write(tmp_path, '[engine]\nmodel = "m"\nkind = "tensorfold"\n[engine.tensorfold]\nstall_s = 60\n')
+    with pytest.raises(ConfigError) as caught:
+        load(old)
+    assert "engine.tensorfold: stall_s moved to [engine] stall_s" in str(caught.value)

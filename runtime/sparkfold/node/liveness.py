@@ -6,7 +6,7 @@ pair can hang silently: ``reference/tensorfold.md`` §14.3). Each check reads ``
 
 - no answer, not 200, or ``"ok"`` not true: no progress;
 - busy (``requests_running`` > 0): progress while a counter (``requests_total``,
-  ``prompt_tokens_total``, ``completion_tokens_total``) moved within ``stall_s``;
+  ``prompt_tokens_total``, ``completion_tokens_total``) moved within ``stall_s`` (``engine.stall_s``);
 - idle: a one-token request (``POST /v1/completions``, ``max_tokens`` 1) every ``probe_every_s``,
   which goes through both ranks; until it answers again, no progress. A 429 counts as an answer
   (the engine is full of other work). A ``/health`` without counters (``{"status": "ok"}`` when
@@ -84,7 +84,7 @@ class Liveness:
                 return Verdict(
                     False,
                     f"stalled: {body.get('requests_running')} request(s) running and no token counted "
-                    f"for {still:.0f} s (engine.tensorfold.stall_s = {self.stall_s:g})",
+                    f"for {still:.0f} s (engine.stall_s = {self.stall_s:g})",
                 )
             return Verdict(True)
         if not self._probe_ok or now - self._probed_at >= self.probe_every_s:

@@ -89,7 +89,7 @@ def _liveness(settings: Settings, interval_s: float) -> Liveness:
     tensorfold = settings.engine.tensorfold
     return Liveness(
         settings.engine_url,
-        stall_s=tensorfold.stall_s,
+        stall_s=settings.engine.stall_s,
         probe_every_s=tensorfold.probe_every_s,
         probe_timeout_s=max(1.0, interval_s),
     )
