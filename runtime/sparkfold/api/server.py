@@ -15,6 +15,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -32,6 +33,8 @@ __all__ = [
     "NotifyingServer",
     "check_keys",
     "configure_logging",
+    "require_keys",
+    "run_server",
     "serve",
     "uvicorn_config",
 ]
@@ -63,21 +66,34 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(data, default=str)
 
 
-def check_keys(settings: Settings) -> KeyStore:
-    """The key store, or GatewayRefused when keys are required and there are none."""
-    api = settings.api
+def require_keys(keys_file: Path | None, *, required: bool, bind: str, default_file: str) -> KeyStore:
+    """The key store read from ``keys_file``, or GatewayRefused when it is unreadable, or when keys
+    are ``required`` (``bind``, e.g. ``api.host 0.0.0.0``, is not loopback) and it holds none."""
     try:
-        keys = KeyStore(api.api_keys_file)
+        keys = KeyStore(keys_file)
     except KeyFileError as exc:
         raise GatewayRefused(str(exc)) from None
-    if api.keys_required and len(keys) == 0:
-        where = api.api_keys_file or "/etc/sparkfold/api-keys"
+    if required and len(keys) == 0:
+        where = keys_file or default_file
+        field = bind.split()[0]
         raise GatewayRefused(
-            f"API keys are required because api.host {api.host} is not loopback, but {where} holds none; "
+            f"API keys are required because {bind} is not loopback, but {where} holds none; "
             f"add one (python3 -c 'import secrets; print(secrets.token_urlsafe(32))' >> {where}, "
-            "or a 'sha256:<hex>' line), set api.api_keys_file to it, or bind api.host to 127.0.0.1"
+            f"or a 'sha256:<hex>' line), point {field.split('.')[0]}.api_keys_file at it, "
+            f"or bind {field} to 127.0.0.1"
         )
     return keys
+
+
+def check_keys(settings: Settings) -> KeyStore:
+    """The gateway's key store, or GatewayRefused when keys are required and there are none."""
+    api = settings.api
+    return require_keys(
+        api.api_keys_file,
+        required=api.keys_required,
+        bind=f"api.host {api.host}",
+        default_file="/etc/sparkfold/api-keys",
+    )
 
 
 def configure_logging() -> None:
@@ -135,6 +151,22 @@ def end_streams(app: App) -> None:
         log.info("open streams ended for the shutdown", extra={"streams": count})
 
 
+def run_server(
+    server: NotifyingServer, *, on_hup: Callable[[], None], starting: str, extra: dict[str, Any]
+) -> None:
+    """Serve ``server`` until SIGINT/SIGTERM, calling ``on_hup`` at each SIGHUP; logs ``starting``."""
+
+    async def main() -> None:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, on_hup)
+        log.info(starting, extra=extra)
+        await server.serve()
+
+    # server.serve() runs on the caller's loop (only server.run() picks uvicorn's), so the loop
+    # is made here from uvicorn's factory: uvloop halves the per-request cost of the event loop
+    with asyncio.Runner(loop_factory=server.config.get_loop_factory()) as runner:
+        runner.run(main())
+
+
 def serve(settings: Settings, *, notify: Notify = lambda *states: None) -> None:
     """Serve until SIGINT/SIGTERM. Raises GatewayRefused before binding when it must not start."""
     check_keys(settings)
@@ -143,8 +175,7 @@ def serve(settings: Settings, *, notify: Notify = lambda *states: None) -> None:
     # Everything built so far lives as long as the process: moved out of the collector's way, so a
     # full collection no longer walks tens of thousands of framework objects on a request's path.
     gc.freeze()
-    config = uvicorn_config(settings, app)
-    server = NotifyingServer(config, notify, on_stop=lambda: end_streams(app))
+    server = NotifyingServer(uvicorn_config(settings, app), notify, on_stop=lambda: end_streams(app))
 
     def reload_keys() -> None:
         notify("RELOADING=1", f"MONOTONIC_USEC={time.monotonic_ns() // 1000}")
@@ -156,15 +187,9 @@ def serve(settings: Settings, *, notify: Notify = lambda *states: None) -> None:
             log.info("api keys reloaded", extra={"keys": count})
         notify("READY=1")
 
-    async def main() -> None:
-        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload_keys)
-        log.info(
-            "gateway starting",
-            extra={"bind": f"{settings.api.host}:{settings.api.port}", "engine": settings.engine_url},
-        )
-        await server.serve()
-
-    # server.serve() runs on the caller's loop (only server.run() picks uvicorn's), so the loop
-    # is made here from uvicorn's factory: uvloop halves the per-request cost of the event loop
-    with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
-        runner.run(main())
+    run_server(
+        server,
+        on_hup=reload_keys,
+        starting="gateway starting",
+        extra={"bind": f"{settings.api.host}:{settings.api.port}", "engine": settings.engine_url},
+    )

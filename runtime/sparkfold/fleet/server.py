@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import signal
 import time
 from pathlib import Path
 
 import uvicorn
 
-from sparkfold.api.keys import KeyFileError, KeyStore
-from sparkfold.api.server import GatewayRefused, Notify, NotifyingServer, configure_logging
+from sparkfold.api.keys import KeyFileError
+from sparkfold.api.server import (
+    GatewayRefused,
+    Notify,
+    NotifyingServer,
+    configure_logging,
+    require_keys,
+    run_server,
+)
 from sparkfold.config import ConfigError
 from sparkfold.fleet.app import FleetApp
 from sparkfold.fleet.settings import FleetSettings, load_fleet
@@ -24,17 +29,12 @@ log = logging.getLogger(__name__)
 def check_front(fleet: FleetSettings) -> None:
     """GatewayRefused when the front must not start: keys required and none, or a key file unreadable."""
     front = fleet.front
-    try:
-        keys = KeyStore(front.api_keys_file)
-    except KeyFileError as exc:
-        raise GatewayRefused(str(exc)) from None
-    if front.keys_required and len(keys) == 0:
-        where = front.api_keys_file or "/etc/sparkfold/fleet-api-keys"
-        raise GatewayRefused(
-            f"API keys are required because front.host {front.host} is not loopback, but {where} holds "
-            "none; add a key or a 'sha256:<hex>' line to it, set front.api_keys_file, or bind front.host "
-            "to 127.0.0.1"
-        )
+    require_keys(
+        front.api_keys_file,
+        required=front.keys_required,
+        bind=f"front.host {front.host}",
+        default_file="/etc/sparkfold/fleet-api-keys",
+    )
 
 
 def serve_front(fleet: FleetSettings, path: Path, *, notify: Notify = lambda *states: None) -> None:
@@ -66,10 +66,9 @@ def serve_front(fleet: FleetSettings, path: Path, *, notify: Notify = lambda *st
             log.info("fleet reloaded", extra={"keys": count, "pairs": [p.name for p in app.view.settings]})
         notify("READY=1")
 
-    async def main() -> None:
-        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload)
-        log.info("fleet front starting", extra={"bind": f"{fleet.front.host}:{fleet.front.port}"})
-        await server.serve()
-
-    with asyncio.Runner(loop_factory=config.get_loop_factory()) as runner:
-        runner.run(main())
+    run_server(
+        server,
+        on_hup=reload,
+        starting="fleet front starting",
+        extra={"bind": f"{fleet.front.host}:{fleet.front.port}"},
+    )

@@ -73,3 +73,19 @@ def test_an_empty_key_file_is_refused_with_the_fix(tmp_path: Path) -> None:
         read_secret(tmp_path / "k", "the router key file")
     (tmp_path / "k").write_text("\nsecret\n")
     assert read_secret(tmp_path / "k", "x") == "secret"
+
+
+def test_the_front_refuses_to_start_off_loopback_without_keys_and_says_how(tmp_path: Path) -> None:
+    """The front and the gateway share one key check (``api.server.require_keys``)."""
+    from sparkfold.api.server import GatewayRefused
+    from sparkfold.fleet.server import check_front
+
+    absent = tmp_path / "fleet-api-keys"
+    fleet = load_fleet(write(tmp_path, f'[front]\nhost = "0.0.0.0"\napi_keys_file = "{absent}"\n' + PAIRS))
+    with pytest.raises(GatewayRefused) as refused:
+        check_front(fleet)
+    message = str(refused.value)
+    assert "because front.host 0.0.0.0 is not loopback" in message and str(absent) in message
+    assert "front.api_keys_file" in message and "bind front.host to 127.0.0.1" in message
+    absent.write_text("sha256:" + "ab" * 32 + "\n")
+    check_front(fleet)
