@@ -57,8 +57,13 @@ CONTAINER_SPILL = Path("/spill")
 """Where the spill tier's host folder is mounted inside the engine container (the recipe's path)."""
 DRM_CARD = "/dev/dri/card0"
 """The display device the recipe's ``drm`` display-memory backend needs."""
-DISPRAM_PATHS = [Path("/run/dispram"), Path("/opt/kindling/dispram/python")]
-"""What the ``dispram`` backend (kindling spark-os) needs from the host."""
+DISPRAM_SOCKET = Path("/run/dispram")
+"""The ``dispram`` backend's daemon socket folder (kindling spark-os), mounted at the same path."""
+DISPRAM_CLIENT = Path("/opt/kindling/dispram/python")
+"""dispramd's python client on the host; the rank imports it from :data:`CONTAINER_DISPRAM`."""
+CONTAINER_DISPRAM = Path("/opt/dispram")
+"""Where the client is mounted (read-only) and put on ``PYTHONPATH`` in the container (the recipe's
+start.sh at 05f75fdec1dec6ec8ab7b618c849a5bd8843221a)."""
 
 STACK_BYTES = 67_108_864
 """``--ulimit stack``: 64 MiB, as TensorFold's two-node deployments run it."""
@@ -230,55 +235,65 @@ def _spill_dir(settings: Settings) -> Path:
     return CONTAINER_SPILL if tf.launcher == "docker" else tf.spill_dir
 
 
-def _number(value: float) -> str:
-    return f"{value:g}"
+def _text(value: float | None) -> str | None:
+    """A knob's value as the recipe's shell would write it (``12.5``, ``32``); None stays unset."""
+    if value is None:
+        return None
+    return str(value) if isinstance(value, int) else f"{value:g}"
 
 
 def recipe_environment(settings: Settings) -> dict[str, str]:
     """The variables the reference recipe's ranks read, for the ``[engine.tensorfold]`` knobs set.
 
-    A knob left unset is not passed (the image's own default holds). Which image can honour which
+    A knob left unset is not passed (the image's own default holds); a group (KV tier, display
+    memory, vision) is passed only when it is on. The names are the recipe's own, each checked
+    against its source (docs/configuration.md cites file and commit). Which image can honour which
     knob is :mod:`sparkfold.engines.tensorfold_profile`'s business; this only renders.
     """
     tf, media = settings.engine.tensorfold, settings.engine.media
-    values: dict[str, str | None] = {
+    always: dict[str, str | None] = {
         "TF_GLM_KV": tf.kv,
         "TF_GLM_DENSE": tf.dense,
-        "TF_GLM_MULTI_WINDOW": None if tf.verify_window is None else str(tf.verify_window),
-        "TF_GLM_CACHE_GIB": None if tf.pool_gib is None else _number(tf.pool_gib),
-        "TF_GLM_CACHE_ENTRIES": None if tf.kept_entries is None else str(tf.kept_entries),
-        "TF_GLM_KEPT_BYTES_GIB": None if tf.kept_bytes_gib is None else _number(tf.kept_bytes_gib),
-        "TF_GLM_KEEP_PER_CHAT": None if tf.keep_per_chat is None else str(tf.keep_per_chat),
-        "TF_GLM_CACHE_SHARE_PCT": None if tf.kept_share_pct is None else str(tf.kept_share_pct),
-        "TENSORFOLD_PEER_TIMEOUT_S": None if tf.peer_timeout_s is None else _number(tf.peer_timeout_s),
-        "TF_GLM_MULTI_WATCHDOG_S": None if tf.watchdog_s is None else _number(tf.watchdog_s),
+        "TF_GLM_MULTI_WINDOW": _text(tf.verify_window),
+        "TF_GLM_CACHE_GIB": _text(tf.pool_gib),
+        "TF_GLM_CACHE_ENTRIES": _text(tf.kept_entries),
+        "TF_GLM_KEPT_BYTES_GIB": _text(tf.kept_bytes_gib),
+        "TF_GLM_KEEP_PER_CHAT": _text(tf.keep_per_chat),
+        "TF_GLM_CACHE_SHARE_PCT": _text(tf.kept_share_pct),
+        "TENSORFOLD_PEER_TIMEOUT_S": _text(tf.peer_timeout_s),
+        "TF_GLM_MULTI_WATCHDOG_S": _text(tf.watchdog_s),
         "TF_GLM_MULTI_WATCHDOG_EXIT": "1" if tf.watchdog_exit else None,
         "TF_GLM_LOOP_GUARD": "1" if tf.loop_guard else None,
     }
-    if tf.kv_tier_gib:
-        values |= {
-            "TF_GLM_KV_TIER_GIB": _number(tf.kv_tier_gib),
-            "TF_GLM_KV_TIER_DIR": str(tf.kv_tier_dir),
-            "TF_GLM_KV_TIER_MIN_TOKENS": str(tf.kv_tier_min_tokens),
-            "TF_GLM_KV_TIER_MIN_FREE_GIB": _number(tf.kv_tier_min_free_gib),
-            "TF_GLM_KV_TIER_BACKLOG_GIB": _number(tf.kv_tier_backlog_gib),
-        }
-    if tf.display_kv_mib:
-        values |= {
-            "TF_GLM_DISPLAY_KV_MIB": str(tf.display_kv_mib),
-            "TF_GLM_DISPLAY_KV_BACKEND": tf.display_kv_backend,
-        }
-    if tf.vision:
-        values |= {
-            "TENSORFOLD_GLM_MAX_IMAGES": str(media.max_images),
-            "TENSORFOLD_GLM_MAX_VIDEOS": str(media.max_videos),
-            "TENSORFOLD_GLM_IMAGE_TOKENS": str(media.max_image_tokens),
-            "TENSORFOLD_GLM_VIDEO_TOKENS": str(media.max_video_tokens),
-            "TENSORFOLD_GLM_VIDEO_FRAMES": str(media.max_video_frames),
-            "TENSORFOLD_GLM_REQUEST_IMAGE_TOKENS": str(tf.request_image_tokens),
-            "TENSORFOLD_GLM_REQUEST_VIDEO_TOKENS": str(tf.request_video_tokens),
-        }
-    return {name: value for name, value in values.items() if value is not None}
+    kv_tier = {
+        "TF_GLM_KV_TIER": str(tf.kv_tier_dir),
+        "TF_GLM_KV_TIER_GIB": _text(tf.kv_tier_gib),
+        "TF_GLM_KV_TIER_MIN": _text(tf.kv_tier_min_tokens),
+        "TF_GLM_KV_TIER_MIN_FREE_GIB": _text(tf.kv_tier_min_free_gib),
+        "TF_GLM_KV_TIER_BACKLOG_GIB": _text(tf.kv_tier_backlog_gib),
+    }
+    display = {
+        "TF_GLM_DISPLAY_KV_MIB": _text(tf.display_kv_mib),
+        "TF_GLM_DISPLAY_KV_BACKEND": tf.display_kv_backend,
+    }
+    if tf.display_kv_backend == "dispram":
+        display["PYTHONPATH"] = str(CONTAINER_DISPRAM if tf.launcher == "docker" else DISPRAM_CLIENT)
+    vision = {
+        "TENSORFOLD_GLM_MAX_IMAGES": _text(media.max_images),
+        "TENSORFOLD_GLM_MAX_VIDEOS": _text(media.max_videos),
+        "TENSORFOLD_GLM_IMAGE_TOKENS": _text(media.max_image_tokens),
+        "TENSORFOLD_GLM_VIDEO_TOKENS": _text(media.max_video_tokens),
+        "TENSORFOLD_GLM_VIDEO_FRAMES": _text(media.max_video_frames),
+        "TENSORFOLD_GLM_REQUEST_IMAGE_TOKENS": _text(tf.request_image_tokens),
+        "TENSORFOLD_GLM_REQUEST_VIDEO_TOKENS": _text(tf.request_video_tokens),
+    }
+    groups = [
+        (True, always),
+        (bool(tf.kv_tier_gib), kv_tier),
+        (bool(tf.display_kv_mib), display),
+        (tf.vision, vision),
+    ]
+    return {name: value for on, group in groups if on for name, value in group.items() if value is not None}
 
 
 def kernel_cache_dir(settings: Settings, image_key: str | None = None) -> Path:
@@ -332,20 +347,24 @@ def rank_environment(settings: Settings, facts: FabricFacts | None, cache_root: 
     return env | recipe_environment(settings) | dict(tf.env)
 
 
-def _read_only_mounts(settings: Settings) -> list[Path]:
+def _read_only_mounts(settings: Settings) -> list[tuple[Path, Path]]:
+    """(host, container) folders the rank reads: the model and drafter (at their own paths), the
+    dispram client."""
     tf = settings.engine.tensorfold
-    mounts = [Path(settings.engine.model)]
+    mounts = [(Path(settings.engine.model), Path(settings.engine.model))]
     if tf.drafter != "none":
-        mounts.append(Path(tf.drafter))
+        mounts.append((Path(tf.drafter), Path(tf.drafter)))
     if tf.display_kv_mib and tf.display_kv_backend == "dispram":
-        mounts += DISPRAM_PATHS
+        mounts.append((DISPRAM_CLIENT, CONTAINER_DISPRAM))
     return mounts
 
 
 def _writable_mounts(settings: Settings) -> list[tuple[Path, Path]]:
-    """(host, container) folders the rank writes: the disk tiers."""
+    """(host, container) folders the rank writes: the disk tiers, the dispram daemon's socket."""
     tf = settings.engine.tensorfold
     mounts = []
+    if tf.display_kv_mib and tf.display_kv_backend == "dispram":
+        mounts.append((DISPRAM_SOCKET, DISPRAM_SOCKET))
     if tf.spill_gib and tf.spill_dir is not None:
         mounts.append((tf.spill_dir, CONTAINER_SPILL))
     if tf.kv_tier_gib and tf.kv_tier_dir is not None:
@@ -368,8 +387,8 @@ def docker_argv(settings: Settings, facts: FabricFacts | None, *, image_key: str
     argv += ["--shm-size", tf.shm_size]
     if tf.display_kv_mib and tf.display_kv_backend == "drm":
         argv += ["--device", DRM_CARD]
-    for path in _read_only_mounts(settings):
-        argv += ["-v", f"{path}:{path}:ro"]
+    for host, inside in _read_only_mounts(settings):
+        argv += ["-v", f"{host}:{inside}:ro"]
     for host, inside in _writable_mounts(settings):
         argv += ["-v", f"{host}:{inside}"]
     argv += ["-v", f"{kernel_cache_dir(settings, image_key)}:{CONTAINER_CACHE}"]

@@ -130,7 +130,20 @@ def test_disk_tiers_and_display_memory_are_rendered_and_mounted(repo: Path) -> N
     assert "-v /srv/spill:/spill" in argv and "--device /dev/dri/card0" in argv
     assert plan.rank_env["TF_GLM_DISPLAY_KV_MIB"] == "1792" and plan.rank_env["TF_GLM_LOOP_GUARD"] == "1"
     tier = launch_plan(changed(repo, {"kv_tier_gib": 32, "kv_tier_dir": "/srv/kv"}), FACTS)
-    assert tier.rank_env["TF_GLM_KV_TIER_GIB"] == "32" and "-v /srv/kv:/srv/kv" in " ".join(tier.argv)
+    assert "-v /srv/kv:/srv/kv" in " ".join(tier.argv)
+    # the recipe's own names (its start.sh at 05f75fd): the folder is TF_GLM_KV_TIER, the floor _MIN
+    assert {k: v for k, v in tier.rank_env.items() if k.startswith("TF_GLM_KV_TIER")} == {
+        "TF_GLM_KV_TIER": "/srv/kv",
+        "TF_GLM_KV_TIER_GIB": "32",
+        "TF_GLM_KV_TIER_MIN": "8192",
+        "TF_GLM_KV_TIER_MIN_FREE_GIB": "50",
+        "TF_GLM_KV_TIER_BACKLOG_GIB": "16",
+    }
+    dispram = launch_plan(changed(repo, {"display_kv_mib": 1792, "display_kv_backend": "dispram"}), FACTS)
+    argv = " ".join(dispram.argv)
+    assert "-v /run/dispram:/run/dispram " in argv
+    assert "-v /opt/kindling/dispram/python:/opt/dispram:ro" in argv
+    assert dispram.rank_env["PYTHONPATH"] == "/opt/dispram" and "/dev/dri/card0" not in argv
     host = launch_plan(changed(repo, {"launcher": "host", "spill_gib": 8, "spill_dir": "/srv/spill"}), FACTS)
     assert "--snapshot-dir /srv/spill" in " ".join(host.command)
 
