@@ -184,6 +184,7 @@ def series(tmp_path: Path) -> tuple[Path, str, str]:
 
 
 def series_ref(source: Path, commit: str, digest: str | None) -> str:
+    """The series pinned by ``digest``; "" names the file without a digest, None lists no file."""
     files = [] if digest is None else [{"name": "0001-window.patch", "sha256": digest}]
     ref = {"repo": str(source), "commit": commit, "files": files, "supports": ["parallel", "kv_fp8"]}
     return json.dumps({"sparkfold_image_series_ref": ref, "sparkfold_image_extras": ["av==18.1.0"]})
@@ -232,16 +233,17 @@ def test_a_tampered_series_file_stops_the_build_naming_it(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("listed", [None, ""], ids=["no-files", "names-without-digests"])
 def test_an_unpinned_series_is_recorded_and_then_held(
-    repo: Path, pair: Path, series: tuple[Path, str, str]
+    repo: Path, pair: Path, series: tuple[Path, str, str], listed: str | None
 ) -> None:
     source, commit, digest = series
-    first = play(repo, pair, "-e", series_ref(source, commit, None))
+    first = play(repo, pair, "-e", series_ref(source, commit, listed))
     assert first.returncode == 0, first.stdout + first.stderr
     record = pair / "control/pins" / pair.name / f"series-{commit}.yml"
     assert digest in record.read_text()
     assert "copy them into the inventory" in " ".join(first.stdout.split())
-    again = play(repo, pair, "-e", series_ref(source, commit, None))
+    again = play(repo, pair, "-e", series_ref(source, commit, listed))
     assert again.returncode == 0 and "changed=0" in recap(again), again.stdout
 
 
