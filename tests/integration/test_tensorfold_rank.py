@@ -8,9 +8,11 @@ engine protocol and really rendezvouses with its peer). The "link" is loopback: 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -47,9 +49,11 @@ def pair_config(repo: Path, tmp_path: Path, name: str, port: int, rendezvous: in
 def start(config: Path, tmp_path: Path, name: str, engines: list[EngineProcess]) -> EngineProcess:
     docker_dir = tmp_path / name / "docker"
     docker_dir.mkdir(parents=True)
+    (tmp_path / name / "run").mkdir()
     env = {
         "PATH": f"{FAKES}:{Path(sys.executable).parent}:{os.environ['PATH']}",
         "FAKE_DOCKER_DIR": str(docker_dir),
+        "RUNTIME_DIRECTORY": str(tmp_path / name / "run"),  # as systemd gives the engine unit
     }
     proc = EngineProcess(config, tmp_path / f"{name}.log", env=env)
     engines.append(proc)
@@ -69,6 +73,14 @@ def test_the_pair_serves_then_a_stopped_worker_takes_the_head_down(
     assert all(r.passed for r in results if r.required), [r for r in results if not r.passed]
     recorded = (tmp_path / "worker" / "docker" / "calls.jsonl").read_text()
     assert "--rank" in recorded and "--master" in recorded
+    # the head records its peer watch for the gateway's /health (TensorFold's own has no peer block)
+    record = tmp_path / "head" / "run" / "peer.json"
+    end = time.monotonic() + DEADLINE_S  # written once the supervisor has seen the rank ready
+    while not record.exists() and time.monotonic() < end and head.proc.poll() is None:
+        time.sleep(0.1)
+    peer = json.loads(record.read_text())
+    assert peer["rank"] == 1 and peer["state"] == "ok" and peer["last_seen_s"] < PEER_TIMEOUT_S
+    assert not (tmp_path / "worker" / "run" / "peer.json").exists(), "only the head runs a gateway"
 
     # SIGTERM: the worker stops its rank (docker stop) and exits 0
     worker.signal(signal.SIGTERM)

@@ -27,6 +27,9 @@ from tests.fakes.scripted_engine import ServerThread, free_port
 
 from sparkfold.api import create_app
 from sparkfold.config import parse
+from sparkfold.node.peer import record_peer, recorded_peer
+from sparkfold.node.serving import RUN_DIR
+from sparkfold.protocol import PeerState
 
 STANDIN = Path(__file__).resolve().parents[1] / "fakes" / "fake_tensorfold.py"
 DEADLINE_S = 30.0
@@ -191,7 +194,13 @@ def test_peer_watch_after_a_clean_stop_the_worker_runs_until_stopped() -> None:
         worker.stop()
 
 
-def test_gateway_lanes_follow_an_engine_with_parallel_4() -> None:
+def test_gateway_lanes_follow_an_engine_with_parallel_4(tmp_path: Path) -> None:
+    # the head's engine supervisor records its peer watch (the stand-in, like TensorFold, has none)
+    (tmp_path / RUN_DIR).mkdir(parents=True)
+    (tmp_path / "proc" / str(os.getpid())).mkdir(parents=True)
+    record_peer(
+        PeerState(rank=1, state="ok", last_seen_s=0.5), {"RUNTIME_DIRECTORY": str(tmp_path / RUN_DIR)}
+    )
     with standin("--parallel", "4", "--drafter", "/models/dflash2", FAKE_TENSORFOLD_HOLD="1") as engine:
         settings = parse(
             {
@@ -206,7 +215,7 @@ def test_gateway_lanes_follow_an_engine_with_parallel_4() -> None:
             }
         )
         assert settings.api.parallel == 4
-        with ServerThread(create_app(settings)) as gateway:
+        with ServerThread(create_app(settings, peer_state=lambda: recorded_peer(tmp_path))) as gateway:
             client = httpx.Client(base_url=gateway.url, timeout=DEADLINE_S)
             streams = [Stream(client) for _ in range(4)]
             for stream in streams:
@@ -224,6 +233,9 @@ def test_gateway_lanes_follow_an_engine_with_parallel_4() -> None:
                 "free": 0,
             }
             assert health["lanes"]["engine_busy"] == 4  # the engine's own count, from its /health
+            # its streams object counts no lanes: engine_total is the configured engine.parallel
+            assert health["lanes"]["engine_total"] == 4
+            assert health["peer"] == {"rank": 1, "state": "ok", "last_seen_s": 0.5} and health["ok"]
             assert health["engine"]["streams"] == {"decoding": 4, "filling": 0, "paused": 0}
             assert health["engine"]["pool_tokens"] == 2_922_496 and "kept_prompts" in health["engine"]
             assert "drafted_total" in health["engine"] and "kept_bytes_cap" in health["engine"]

@@ -31,7 +31,7 @@ from sparkfold.api.errors import (
     error_response,
     invalid_fields,
 )
-from sparkfold.api.health import HealthServing
+from sparkfold.api.health import HealthServing, PeerSource
 from sparkfold.api.keys import KeyStore
 from sparkfold.api.lanes import Lanes
 from sparkfold.api.limits import MediaLimits
@@ -122,7 +122,9 @@ def _install_error_handlers(app: FastAPI) -> None:
 class App:
     """The gateway as an ASGI application; ``gateway`` holds its long-lived objects."""
 
-    def __init__(self, settings: Settings, *, connect: Connect | None = None) -> None:
+    def __init__(
+        self, settings: Settings, *, connect: Connect | None = None, peer_state: PeerSource | None = None
+    ) -> None:
         api = settings.api
         engine = Engine(
             settings.engine_url,
@@ -160,7 +162,13 @@ class App:
                     max_bytes=int(api.max_store_mib * (1 << 20)),
                 ),
             ),
-            health=HealthServing(engine=engine, lanes=lanes, metrics=metrics),
+            health=HealthServing(
+                engine=engine,
+                lanes=lanes,
+                metrics=metrics,
+                engine_lanes=settings.engine.parallel,
+                peer_state=peer_state,
+            ),
         )
 
         @asynccontextmanager
@@ -194,5 +202,8 @@ class App:
         await self._stack(scope, receive, send)
 
 
-def create_app(settings: Settings, *, connect: Connect | None = None) -> App:
-    return App(settings, connect=connect)
+def create_app(
+    settings: Settings, *, connect: Connect | None = None, peer_state: PeerSource | None = None
+) -> App:
+    """The gateway; ``peer_state``: the peer rank's state when the engine's ``/health`` has none."""
+    return App(settings, connect=connect, peer_state=peer_state)

@@ -11,13 +11,19 @@ call per :data:`OPEN_CACHE_S`.
 
 ``lanes`` are the engine's real lanes: ``total`` is what the gateway may use of them (its
 ``api.parallel``, never more than the engine's ``streams``), ``busy`` the requests it admitted;
-``engine_total`` and ``engine_busy`` are the engine's own counts.
+``engine_total`` and ``engine_busy`` are the engine's own counts. An engine whose ``streams`` is
+not a count (the reference recipe's TensorFold reports what its streams do) gets the configured
+``engine.parallel`` as ``engine_total``.
+
+An engine whose ``/health`` has no ``peer`` block (TensorFold) gets the peer state its node's
+supervisor knows, from ``peer_state`` (the command passes :func:`sparkfold.node.peer.recorded_peer`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
@@ -29,7 +35,7 @@ from sparkfold.api.metrics import Metrics
 from sparkfold.api.upstream import Engine
 from sparkfold.protocol import EngineHealth, PeerState
 
-__all__ = ["OPEN_CACHE_S", "GatewayHealth", "HealthServing", "OpenHealth"]
+__all__ = ["OPEN_CACHE_S", "GatewayHealth", "HealthServing", "OpenHealth", "PeerSource"]
 
 PROBE_TIMEOUT_S = 3.0
 OPEN_CACHE_S = 1.0
@@ -63,11 +69,26 @@ class OpenHealth(BaseModel):
     ok: bool = Field(description="gateway up, engine ok, peer rank not lost")
 
 
+PeerSource = Callable[[], PeerState | None]
+"""Where the peer state comes from when the engine's ``/health`` has none."""
+
+
 class HealthServing:
-    def __init__(self, *, engine: Engine, lanes: Lanes, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        *,
+        engine: Engine,
+        lanes: Lanes,
+        metrics: Metrics,
+        engine_lanes: int | None = None,
+        peer_state: PeerSource | None = None,
+    ) -> None:
         self.engine = engine
         self.lanes = lanes
         self.metrics = metrics
+        self.engine_lanes = engine_lanes
+        """The configured ``engine.parallel``: ``engine_total`` when the engine counts no lanes."""
+        self.peer_state = peer_state
         self._open: tuple[float, OpenHealth] | None = None
         self._refresh = asyncio.Lock()
 
@@ -86,8 +107,9 @@ class HealthServing:
         try:
             raw = await self.engine.get_json("/health", timeout_s=PROBE_TIMEOUT_S)
             engine = EngineHealth.model_validate(raw)
-            # a single-rank engine says ``"state": "absent"`` (or nothing): no peer, ``null``
-            peer = engine.peer if engine.peer is not None and engine.peer.state != "absent" else None
+            # no block (TensorFold): what the node's supervisor knows; "absent": a single rank, null
+            reported = engine.peer if engine.peer is not None else self._supervised_peer()
+            peer = reported if reported is not None and reported.state != "absent" else None
             engine_report: dict[str, Any] = {
                 "url": self.engine.base_url,
                 **engine.model_dump(exclude={"peer"}),
@@ -104,9 +126,12 @@ class HealthServing:
             gateway={"ok": True, "version": __version__},
             engine=engine_report,
             peer=peer,
-            lanes=_lanes(state.total, state.busy, known),
+            lanes=_lanes(state.total, state.busy, known, self.engine_lanes),
             queue=QueueReport(length=state.queued, max=state.max_queued),
         )
+
+    def _supervised_peer(self) -> PeerState | None:
+        return None if self.peer_state is None else self.peer_state()
 
     async def metrics_text(self) -> bytes:
         try:
@@ -116,11 +141,11 @@ class HealthServing:
         return self.metrics.render(engine_text)
 
 
-def _lanes(total: int, busy: int, engine: EngineHealth | None) -> LaneReport:
+def _lanes(total: int, busy: int, engine: EngineHealth | None, configured: int | None) -> LaneReport:
     if engine is None:
         return LaneReport(total=total, busy=busy, free=max(total - busy, 0))
-    # a count of lanes; the recipe's engine reports what its streams do instead (no capacity)
-    capacity = engine.streams if isinstance(engine.streams, int) else None
+    # a count of lanes; the recipe's engine reports what its streams do instead: the configured count
+    capacity = engine.streams if isinstance(engine.streams, int) else configured
     usable = min(total, capacity) if capacity is not None else total
     return LaneReport(
         total=usable,

@@ -23,6 +23,7 @@ import uvicorn
 from sparkfold.api.app import App, create_app
 from sparkfold.api.connections import ConnectionLimits, bounded_protocol
 from sparkfold.api.errors import UpstreamUnavailable
+from sparkfold.api.health import PeerSource
 from sparkfold.api.keys import KeyFileError, KeyStore
 from sparkfold.config import Settings
 
@@ -167,11 +168,15 @@ def run_server(
         runner.run(main())
 
 
-def serve(settings: Settings, *, notify: Notify = lambda *states: None) -> None:
-    """Serve until SIGINT/SIGTERM. Raises GatewayRefused before binding when it must not start."""
+def serve(
+    settings: Settings, *, notify: Notify = lambda *states: None, peer_state: PeerSource | None = None
+) -> None:
+    """Serve until SIGINT/SIGTERM. Raises GatewayRefused before binding when it must not start.
+
+    ``peer_state``: the peer rank's state where the engine's ``/health`` has none (TensorFold)."""
     check_keys(settings)
     configure_logging()
-    app = create_app(settings)
+    app = create_app(settings, peer_state=peer_state)
     # Everything built so far lives as long as the process: moved out of the collector's way, so a
     # full collection no longer walks tens of thousands of framework objects on a request's path.
     gc.freeze()

@@ -11,6 +11,7 @@ from sparkfold.commands._options import config_option
 from sparkfold.config import Settings
 
 if TYPE_CHECKING:
+    from sparkfold.api.health import PeerSource
     from sparkfold.api.server import Notify
 
 
@@ -23,6 +24,16 @@ def _notifier() -> Notify:
     return notify
 
 
+def _peer_source() -> PeerSource | None:
+    """The peer state this node's engine supervisor records (node/), for engines whose own
+    ``/health`` has no peer block (TensorFold)."""
+    try:
+        source: PeerSource = importlib.import_module("sparkfold.node.peer").recorded_peer
+    except (ImportError, AttributeError):
+        return None
+    return source
+
+
 @click.command()
 @config_option
 def command(settings: Settings) -> None:
@@ -30,6 +41,6 @@ def command(settings: Settings) -> None:
     from sparkfold.api import GatewayRefused, serve
 
     try:
-        serve(settings, notify=_notifier())
+        serve(settings, notify=_notifier(), peer_state=_peer_source())
     except GatewayRefused as exc:
         raise click.ClickException(str(exc)) from None

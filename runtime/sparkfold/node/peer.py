@@ -6,6 +6,10 @@ collectives, so it notices a dead peer or a dead link even while a gloo call han
 peer has been silent for ``peer_timeout_s`` the watch calls ``on_lost`` (the supervisor logs one
 line and exits non-zero). A rank counts silence from its own start: a peer that never comes is
 lost too, so neither rank waits forever.
+
+A supervisor whose engine's ``/health`` carries no ``peer`` block (TensorFold) records the watch's
+state as ``peer.json`` in the engine unit's runtime folder (:func:`record_peer`); the gateway on the
+same node reads it (:func:`recorded_peer`) into its own ``/health``.
 """
 
 from __future__ import annotations
@@ -15,17 +19,29 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from pydantic import ValidationError
 
 from sparkfold.config import Settings
+from sparkfold.node.serving import read_record, write_record
 from sparkfold.protocol import PeerState
 
-__all__ = ["HEARTBEAT_PORT_OFFSET", "PeerWatch", "start_peer_watch"]
+__all__ = [
+    "HEARTBEAT_PORT_OFFSET",
+    "PEER_RECORD",
+    "PeerWatch",
+    "record_peer",
+    "recorded_peer",
+    "start_peer_watch",
+]
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT_PORT_OFFSET = 1
 _MAGIC = b"sparkfold-heartbeat"
+PEER_RECORD = "peer.json"
 
 
 class PeerWatch:
@@ -123,3 +139,19 @@ def start_peer_watch(settings: Settings, on_lost: Callable[[str], None]) -> Peer
         timeout_s=fabric.peer_timeout_s,
         on_lost=on_lost,
     ).start()
+
+
+def record_peer(state: PeerState, env: Mapping[str, str] | None = None) -> Path | None:
+    """Record the watch's state for the gateway (outside a systemd unit: nothing)."""
+    return write_record(PEER_RECORD, state.model_dump(), env)
+
+
+def recorded_peer(root: Path = Path("/")) -> PeerState | None:
+    """The peer state this node's engine supervisor records, while it runs; else None."""
+    data = read_record(PEER_RECORD, root)
+    if data is None:
+        return None
+    try:
+        return PeerState.model_validate({key: value for key, value in data.items() if key != "pid"})
+    except ValidationError:
+        return None

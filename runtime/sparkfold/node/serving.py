@@ -7,6 +7,10 @@ while a rank runs; outside systemd (a shell, the tests) nothing is written.
 
 ``sparkfold preflight`` reads it: memory a serving rank holds is not "missing", and a rank that
 already serves the candidate configuration has nothing left to load or write.
+
+:func:`write_record` / :func:`read_record` are the one way records go through that folder (the
+marker; the TensorFold supervisor's peer state, :mod:`sparkfold.node.peer`, read by the gateway): a
+record names its writer's pid, and a record whose writer is gone reads as none.
 """
 
 from __future__ import annotations
@@ -14,12 +18,13 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sparkfold.config import Settings, engine_fingerprint
 
-__all__ = ["MARKER", "RUN_DIR", "Serving", "mark_serving", "serving"]
+__all__ = ["MARKER", "RUN_DIR", "Serving", "mark_serving", "read_record", "serving", "write_record"]
 
 RUN_DIR = Path("run/sparkfold-engine")  # relative to the root; the engine unit's RuntimeDirectory
 MARKER = "serving.json"
@@ -34,27 +39,46 @@ class Serving:
     rank: int
 
 
-def mark_serving(settings: Settings, env: Mapping[str, str] | None = None) -> Path | None:
-    """Write the marker for this process (READY); its path, or None outside a systemd unit."""
+def write_record(
+    name: str, record: Mapping[str, object], env: Mapping[str, str] | None = None
+) -> Path | None:
+    """Write ``record`` (with this process's pid) as ``name`` in the engine unit's
+    ``RuntimeDirectory``, atomically; its path, or None outside a systemd unit or on an error."""
     folder = (os.environ if env is None else env).get("RUNTIME_DIRECTORY", "").split(":")[0]
     if not folder:
         return None
-    marker = Path(folder) / MARKER
-    record = Serving(engine_fingerprint(settings), os.getpid(), settings.node.rank)
-    partial = marker.with_suffix(".partial")
+    path = Path(folder) / name
+    partial = path.with_suffix(".partial")
     try:
-        partial.write_text(json.dumps(asdict(record)), encoding="utf-8")
-        partial.replace(marker)
+        partial.write_text(json.dumps({**record, "pid": os.getpid()}), encoding="utf-8")
+        partial.replace(path)
     except OSError:
-        return None  # the marker only saves work at the next preflight; never a reason to stop
-    return marker
+        return None  # a record only informs another process; never a reason to stop
+    return path
+
+
+def read_record(name: str, root: Path = Path("/")) -> dict[str, Any] | None:
+    """The record ``name`` of the engine unit, while the process that wrote it still runs."""
+    try:
+        data = json.loads((root / RUN_DIR / name).read_text(encoding="utf-8"))
+        alive = (root / "proc" / str(int(data["pid"]))).is_dir()
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return data if alive and isinstance(data, dict) else None
+
+
+def mark_serving(settings: Settings, env: Mapping[str, str] | None = None) -> Path | None:
+    """Write the marker for this process (READY); its path, or None outside a systemd unit."""
+    record = {"fingerprint": engine_fingerprint(settings), "rank": settings.node.rank}
+    return write_record(MARKER, record, env)
 
 
 def serving(root: Path = Path("/")) -> Serving | None:
     """The rank serving on this node, if one is: the marker names a process that still runs."""
+    data = read_record(MARKER, root)
     try:
-        data = json.loads((root / RUN_DIR / MARKER).read_text(encoding="utf-8"))
-        record = Serving(str(data["fingerprint"]), int(data["pid"]), int(data["rank"]))
-    except (OSError, ValueError, KeyError, TypeError):
+        return (
+            None if data is None else Serving(str(data["fingerprint"]), int(data["pid"]), int(data["rank"]))
+        )
+    except (KeyError, TypeError, ValueError):
         return None
-    return record if (root / "proc" / str(record.pid)).is_dir() else None

@@ -14,6 +14,8 @@ on the host); this module is what systemd sees in its place:
 - the peer watch: TensorFold itself would wait for a lost peer, so when the other node falls
   silent past ``peer_timeout_s`` the rank is stopped and the supervisor exits non-zero (systemd
   restarts it, and the pair meets again at rendezvous);
+- rank 0 records the peer watch's state for the gateway's ``/health``
+  (:func:`~sparkfold.node.peer.record_peer`);
 - SIGTERM stops the rank (``docker stop -t stop_timeout_s``) and exits 0.
 """
 
@@ -34,7 +36,7 @@ from sparkfold.node.checks import Runner, run_command
 from sparkfold.node.fabric import DEFAULT_SYSFS, discover
 from sparkfold.node.liveness import Liveness, Verdict
 from sparkfold.node.notify import notify, watchdog_interval_s
-from sparkfold.node.peer import start_peer_watch
+from sparkfold.node.peer import record_peer, start_peer_watch
 from sparkfold.node.roce import fabric_facts
 from sparkfold.node.serving import mark_serving
 
@@ -134,7 +136,13 @@ def run_tensorfold_rank(settings: Settings, die: Callable[[str], Any]) -> int:
     interval = watchdog or 1.0
     liveness = _liveness(settings, interval) if watchdog and settings.node.rank == 0 else None
     stalled = ""
+    # TensorFold's /health has no peer block: the gateway on the head reads the watch's (peer.json)
+    recorder = watch if watch is not None and settings.node.rank == 0 else None
+    if recorder is not None:
+        record_peer(recorder.state())
     while not stopping.wait(interval):
+        if recorder is not None:
+            record_peer(recorder.state())
         if rank.returncode is not None:
             code = rank.wait()
             log.critical("rank %d exited with code %d: %s", settings.node.rank, code, (rank.tail or [""])[-1])

@@ -10,6 +10,7 @@ from tests.fakes.harness import Running, settings_for
 from tests.fakes.scripted_engine import ScriptedEngine, ServerThread
 
 from sparkfold.api import create_app
+from sparkfold.protocol import PeerState
 
 
 def test_metrics_have_sparkfold_series_and_the_engine_lines(gateway: Running) -> None:
@@ -62,6 +63,25 @@ def test_health_reports_the_peer_rank_and_lanes(paired: tuple[ScriptedEngine, st
     fake.peer = {"rank": 1, "state": "lost", "last_seen_s": 130}
     lost = httpx.get(url + "/health")
     assert lost.status_code == 503 and lost.json()["peer"]["state"] == "lost"
+
+
+def test_an_engine_without_lane_count_or_peer_gets_the_configured_lanes_and_the_supervisors_peer() -> None:
+    """The recipe's TensorFold: ``streams`` is what its streams do, and no ``peer`` block."""
+    fake = ScriptedEngine()
+    fake.streams = {"decoding": 1, "filling": 0, "paused": 0}  # type: ignore[assignment]
+    peer = [PeerState(rank=1, state="ok", last_seen_s=0.4)]
+    with ServerThread(fake) as engine:
+        settings = settings_for(engine.port)
+        settings = settings.model_copy(update={"engine": settings.engine.model_copy(update={"parallel": 6})})
+        with ServerThread(create_app(settings, peer_state=lambda: peer[0])) as gateway:
+            body = httpx.get(gateway.url + "/health").json()
+            assert body["lanes"] == {"total": 4, "busy": 0, "free": 4, "engine_total": 6, "engine_busy": 0}
+            assert body["peer"] == {"rank": 1, "state": "ok", "last_seen_s": 0.4}
+            peer[0] = PeerState(rank=1, state="lost", last_seen_s=130)
+            lost = httpx.get(gateway.url + "/health")
+            assert lost.status_code == 503 and lost.json()["peer"]["state"] == "lost"
+            fake.peer = {"rank": 1, "state": "ok", "last_seen_s": 0.1}  # the engine's own block wins
+            assert httpx.get(gateway.url + "/health").json()["peer"]["last_seen_s"] == 0.1
 
 
 def test_tensorfold_aliases_answer_like_their_routes(gateway: Running) -> None:

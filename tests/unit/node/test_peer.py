@@ -1,10 +1,14 @@
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
+from pathlib import Path
 
-from sparkfold.node.peer import PeerWatch
+from sparkfold.node.peer import PeerWatch, record_peer, recorded_peer
+from sparkfold.node.serving import RUN_DIR
+from sparkfold.protocol import PeerState
 
 
 def _free_udp_port() -> int:
@@ -61,3 +65,18 @@ def test_a_peer_that_never_comes_is_lost_too() -> None:
         assert "never heard from" in lost[0]
     finally:
         watch.stop()
+
+
+def test_the_recorded_peer_state_reads_back_while_its_writer_runs(tmp_path: Path) -> None:
+    folder = tmp_path / RUN_DIR
+    folder.mkdir(parents=True)
+    (tmp_path / "proc").mkdir()
+    state = PeerState(rank=1, state="ok", last_seen_s=0.7)
+    assert record_peer(state, {}) is None, "outside a unit nothing is written"
+    written = record_peer(state, {"RUNTIME_DIRECTORY": str(folder)})
+    assert written == folder / "peer.json"
+    assert recorded_peer(tmp_path) is None, "its writer (this pid) is not in this root's /proc"
+    (tmp_path / "proc" / str(os.getpid())).mkdir()
+    assert recorded_peer(tmp_path) == state
+    written.write_text("{not json")
+    assert recorded_peer(tmp_path) is None
