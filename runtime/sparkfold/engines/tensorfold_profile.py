@@ -49,12 +49,12 @@ FEATURES: dict[str, str] = {
 }
 """Features a series may provide, and where the reference recipe's series provides them."""
 
-STOCK_WINDOW_BF16 = 196_608
-"""Window that fits several requests with a bf16 KV cache on two Sparks (the recipe's default)."""
-SINGLE_WINDOW_BF16 = 524_288
-"""Window that fits one request (MTP drafts) with a bf16 KV cache."""
-VISION_WINDOW_BF16 = 163_840
-"""With vision on and fp8 or bf16 dense weights, a bf16 KV cache fits this window."""
+BF16_WINDOWS: dict[str, int] = {
+    "several": 196_608,  # several requests, DFlash2 drafts (the recipe's default)
+    "single": 524_288,  # one request, MTP drafts
+    "vision": 163_840,  # several requests with vision on and fp8 or bf16 dense weights
+}
+"""The windows a bf16 KV cache fits on two Sparks (the recipe's scripts/config.sh, CONTEXT)."""
 
 
 class ProfileError(ValueError):
@@ -175,7 +175,7 @@ def _bf16_window(engine: EngineSettings) -> int | None:
     if tf.kv == "fp8":
         return None
     if engine.parallel == 1:
-        return SINGLE_WINDOW_BF16
+        return BF16_WINDOWS["single"]
     if tf.vision and tf.dense in (None, "bf16", "fp8"):
-        return VISION_WINDOW_BF16
-    return STOCK_WINDOW_BF16
+        return BF16_WINDOWS["vision"]
+    return BF16_WINDOWS["several"]
