@@ -11,9 +11,9 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 __all__ = [
     "IGNORED_SHOWN",
@@ -45,6 +45,7 @@ __all__ = [
     "ModelList",
     "ModelName",
     "PeerState",
+    "ProtocolError",
     "Seed",
     "Stop",
     "TokenizeRequest",
@@ -53,9 +54,11 @@ __all__ = [
     "ToolChoice",
     "Tools",
     "Usage",
+    "field_error",
     "ignored_fields",
     "ignored_summary",
     "new_id",
+    "read_reply",
 ]
 
 FinishReason = Literal["stop", "length", "tool_calls", "content_filter", "error", "abort"]
@@ -122,6 +125,31 @@ IGNORED_SHOWN = 8
 def ignored_summary(names: list[str]) -> dict[str, Any]:
     """What a log line says about ignored fields: how many, and the first few names (each cut)."""
     return {"count": len(names), "fields": [name[:64] for name in names[:IGNORED_SHOWN]]}
+
+
+def field_error(exc: ValidationError) -> str:
+    """A validation failure in one line: the first field's dotted path and what is wrong with it."""
+    first = exc.errors()[0]
+    where = ".".join(str(part) for part in first["loc"])
+    return f"{where}: {first['msg']}" if where else str(first["msg"])
+
+
+W = TypeVar("W", bound=BaseModel)
+
+
+class ProtocolError(ValueError):
+    """An engine's answer that does not follow the engine protocol; the message names the field."""
+
+
+def read_reply(model: type[W], content: bytes) -> W:
+    """An engine's JSON answer as ``model``; :class:`ProtocolError` naming the first bad field."""
+    try:
+        return model.model_validate_json(content)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        if first["type"] == "json_invalid":
+            raise ProtocolError("the body is not JSON") from None
+        raise ProtocolError(field_error(exc)) from None
 
 
 def new_id(prefix: str = "chatcmpl", sep: str = "-") -> str:
@@ -265,21 +293,37 @@ class ResponseMessage(_Wire):
     tool_calls: list[ToolCall] | None = None
 
 
-class Choice(_Wire):
-    index: int = 0
-    message: ResponseMessage
-    finish_reason: FinishReason | None = None
-    stop_reason: str | int | None = Field(None, description="the stop string that ended the reply (vLLM)")
+StopReason = Annotated[str | int | None, Field(description="the stop string that ended the reply (vLLM)")]
 
 
-class ChatCompletion(_Wire):
+class _Reply(_Wire):
+    """What every answer of the generating routes shares; each kind names its object and choices."""
+
     id: str
-    object: Literal["chat.completion"] = "chat.completion"
+    object: str
     created: int = Field(default_factory=lambda: int(time.time()))
     model: str
+    choices: list[Any]
+    usage: Usage | None = None
+    tensorfold: dict[str, Any] | None = Field(None, description="engine stats block")
+
+
+class _Choice(_Wire):
+    """One choice of an answer: its place, and why it ended (in its last chunk when streamed)."""
+
+    index: int = 0
+    finish_reason: FinishReason | None = None
+    stop_reason: StopReason = None
+
+
+class Choice(_Choice):
+    message: ResponseMessage
+
+
+class ChatCompletion(_Reply):
+    object: Literal["chat.completion"] = "chat.completion"
     choices: list[Choice]
     usage: Usage
-    tensorfold: dict[str, Any] | None = Field(None, description="engine stats block")
 
 
 class ToolCallDelta(_Wire):
@@ -296,21 +340,13 @@ class Delta(_Wire):
     tool_calls: list[ToolCallDelta] | None = None
 
 
-class ChunkChoice(_Wire):
-    index: int = 0
+class ChunkChoice(_Choice):
     delta: Delta
-    finish_reason: FinishReason | None = None
-    stop_reason: str | int | None = Field(None, description="the stop string that ended the reply (vLLM)")
 
 
-class ChatCompletionChunk(_Wire):
-    id: str
+class ChatCompletionChunk(_Reply):
     object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
-    created: int = Field(default_factory=lambda: int(time.time()))
-    model: str
     choices: list[ChunkChoice]
-    usage: Usage | None = None
-    tensorfold: dict[str, Any] | None = None
 
 
 class ErrorInfo(_Wire):
@@ -365,24 +401,16 @@ class EngineHealth(_Wire):
 # --- completions, tokenizer, models (engine servers; vLLM field names) --------------------------
 
 
-class CompletionChoice(_Wire):
-    index: int = 0
+class CompletionChoice(_Choice):
     text: str
     logprobs: None = None
-    finish_reason: FinishReason | None = None
-    stop_reason: str | int | None = Field(None, description="the stop string that ended the reply (vLLM)")
 
 
-class Completion(_Wire):
+class Completion(_Reply):
     """``POST /v1/completions`` answer (``object`` is ``text_completion`` for chunks too)."""
 
-    id: str
     object: Literal["text_completion"] = "text_completion"
-    created: int = Field(default_factory=lambda: int(time.time()))
-    model: str
     choices: list[CompletionChoice]
-    usage: Usage | None = None
-    tensorfold: dict[str, Any] | None = Field(None, description="engine stats block")
 
 
 class TokenizeRequest(_Request):

@@ -139,8 +139,8 @@ def gateway_config(engine_port: int, port: int, directory: Path) -> Path:
     path = directory / "bench.toml"
     path.write_text(
         f'[engine]\nmodel = "fake"\nserved_name = "fake"\nport = {engine_port}\n'
-        "context = 8192\nmax_tokens = 256\n"
-        f'[api]\nhost = "127.0.0.1"\nport = {port}\nparallel = 256\nmax_queued = 256\nkeepalive_s = 15\n'
+        "context = 8192\nmax_tokens = 256\nparallel = 64\n"  # the gateway's lanes may not exceed it
+        f'[api]\nhost = "127.0.0.1"\nport = {port}\nparallel = 64\nmax_queued = 256\nkeepalive_s = 15\n'
     )
     return path
 

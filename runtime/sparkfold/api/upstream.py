@@ -6,13 +6,15 @@ ever sends small JSON requests to one plain-HTTP server on a trusted link, so a 
 (redirects, cookies, TLS, proxies, HTTP/2, connection-pool bookkeeping per request) is cost
 without use: here a request is one write and a response a few parser callbacks.
 
-JSON calls return the decoded body or raise an :mod:`~sparkfold.api.errors` error: the engine's
-own 4xx keeps its status and message (it is the client's mistake), anything else becomes an
+:meth:`Engine.post_reply` types a generating route's answer with the ``protocol.py`` models (an
+answer that does not follow them is a 502 naming the field); the other JSON calls return the decoded
+body. Either raises an :mod:`~sparkfold.api.errors` error: the engine's own 4xx keeps its status and
+message (it is the client's mistake), anything else becomes an
 :class:`~sparkfold.api.errors.UpstreamError`. :meth:`Engine.open_stream` opens a streamed request
-and checks its status *before* the gateway starts its own response, so a refusal is still a
-plain JSON error; the caller must :meth:`EngineStream.aclose` it. Closing a stream that has not
-ended closes its connection: that is how the engine learns the client left and frees its lane.
-A finished response's connection goes back to the pool.
+and checks its status *before* the gateway starts its own response, so a refusal is still a plain
+JSON error; the caller must :meth:`EngineStream.aclose` it. Closing a stream that has not ended
+closes its connection: that is how the engine learns the client left and frees its lane. A finished
+response's connection goes back to the pool.
 
 Two deadlines: until the first token the engine may be silent for ``first_token_timeout_s`` (a
 long prompt is being read: a 1,048,576-token prefill at ~700 tok/s takes ~1500 s); once the
@@ -29,10 +31,11 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import httptools
+from pydantic import BaseModel
 
 from sparkfold.api.errors import (
     ApiError,
@@ -44,11 +47,13 @@ from sparkfold.api.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
+from sparkfold.protocol import ProtocolError, read_reply
 
 __all__ = ["CONNECT_TIMEOUT_S", "Connect", "Engine", "EngineStream"]
 
 CONNECT_TIMEOUT_S = 5.0
 DEFAULT_IDLE_CONNECTIONS = 8
+W = TypeVar("W", bound=BaseModel)
 _HIGH_WATER = 1 << 18  # bytes buffered from the engine before reading from it pauses
 
 Connect = Callable[
@@ -310,6 +315,21 @@ class Engine:
     ) -> dict[str, Any]:
         status, content = await self._call(b"POST", path, _json(body), timeout_s)
         return _decode(status, content)
+
+    async def post_reply(
+        self, path: str, body: dict[str, Any], model: type[W], *, timeout_s: float | None = None
+    ) -> W:
+        """``POST path`` and its answer typed as ``model`` (a ``protocol.py`` model); an answer
+        that does not follow the engine protocol is an UpstreamError (502) naming the field."""
+        status, content = await self._call(b"POST", path, _json(body), timeout_s)
+        if status != 200:
+            raise _status_error(status, content)
+        try:
+            return read_reply(model, content)
+        except ProtocolError as exc:
+            raise UpstreamError(
+                f"the engine's answer to {path} does not follow the engine protocol: {exc}"
+            ) from None
 
     async def open_stream(self, path: str, body: dict[str, Any]) -> EngineStream:
         content = _json(body)

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from sparkfold.api.chat_stream import DONE, ChatEvent, ChatStream
 from sparkfold.api.context import CallContext
-from sparkfold.api.errors import ApiError, ClientError, InvalidRequest, NotFound, UpstreamError
+from sparkfold.api.errors import ApiError, ClientError, InvalidRequest, NotFound
 from sparkfold.api.lanes import at_the_head
 from sparkfold.api.limits import MediaLimits, check_media, check_sampling
 from sparkfold.api.metrics import Metrics
@@ -30,7 +30,7 @@ from sparkfold.api.reasoning import reasoning_controls
 from sparkfold.api.tools import Toolbox
 from sparkfold.api.upstream import Engine
 from sparkfold.asgi import EventStream
-from sparkfold.protocol import ignored_fields, ignored_summary
+from sparkfold.protocol import ChatCompletion, Completion, ignored_fields, ignored_summary
 from sparkfold.sse import KEEPALIVE_COMMENT, SSE_DONE, data_event, sse_event
 
 __all__ = ["ChatServing", "CompletionServing", "PreparedChat", "UtilityServing", "log_ignored", "openai_sse"]
@@ -141,26 +141,21 @@ class ChatServing:
         if refused is not None:
             return refused
         body = {**prepared.body, "stream": False}
+        path, timeout_s = "/v1/chat/completions", self.engine.reply_timeout_s
         try:
-            timeout_s = self.engine.reply_timeout_s
-            result = await at_the_head(
-                lambda: self.engine.post_json("/v1/chat/completions", body, timeout_s=timeout_s)
+            reply = await at_the_head(
+                lambda: self.engine.post_reply(path, body, ChatCompletion, timeout_s=timeout_s)
             )
         except ApiError as error:
             self._count_error(error)
             return error
-        choices = result.get("choices")
-        if not isinstance(choices, list) or not all(
-            isinstance(c, dict) and isinstance(c.get("message"), dict) for c in choices
-        ):
-            self.metrics.upstream_errors.inc()
-            return UpstreamError("the engine's reply has no choices")
-        for choice in choices:
+        result = reply.model_dump(mode="json", exclude_unset=True)  # the engine's JSON, checked
+        for choice in result["choices"]:
             prepared.toolbox.clean_message(choice)
-            message = choice.get("message")
-            if isinstance(message, dict) and message.get("reasoning_content") is not None:
+            message = choice["message"]
+            if message.get("reasoning_content") is not None:
                 message["reasoning"] = message["reasoning_content"]
-        self.metrics.count_usage(result.get("usage"))
+        self.metrics.count_usage(result["usage"])
         return result
 
     async def open(self, prepared: PreparedChat, call: CallContext) -> ChatStream | ApiError:
@@ -242,9 +237,10 @@ class CompletionServing:
         try:
             if not request.stream:
                 timeout_s = self.engine.reply_timeout_s
-                result = await at_the_head(
-                    lambda: self.engine.post_json("/v1/completions", body, timeout_s=timeout_s)
+                reply = await at_the_head(
+                    lambda: self.engine.post_reply("/v1/completions", body, Completion, timeout_s=timeout_s)
                 )
+                result = reply.model_dump(mode="json", exclude_unset=True)
                 self.metrics.count_usage(result.get("usage"))
                 return result
             upstream = await at_the_head(lambda: self.engine.open_stream("/v1/completions", body))
@@ -256,6 +252,7 @@ class CompletionServing:
             upstream,
             keepalive_s=self.keepalive_s,
             toolbox=Toolbox(None),
+            chunk_model=Completion,
             on_first_token=_first_token_hook(self.metrics, call),
             on_usage=self.metrics.count_usage,
             include_usage=_include_usage(body),
