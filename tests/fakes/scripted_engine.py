@@ -90,6 +90,10 @@ class ScriptedEngine:
         self.active = 0
         self.cancelled = 0
         self.completed = 0
+        self.tokenizing = 0  # /tokenize calls being answered now, and the most at once
+        self.most_tokenizing = 0
+        self.tokenize_open = threading.Event()  # clear it to hold /tokenize answers until it is set
+        self.tokenize_open.set()
         self._scripts: list[Script] = []
         self._cond = threading.Condition()
 
@@ -162,6 +166,7 @@ class ScriptedEngine:
                 send, {"object": "list", "data": [{"id": "fake", "object": "model", "owned_by": "test"}]}
             )
         elif path == "/tokenize":
+            await self._tokenize_gate()
             text = request.get("prompt") or json.dumps(request.get("messages"))
             ids = list(range(len(text.split())))
             await _json(send, {"count": len(ids), "max_model_len": 8192, "tokens": ids})
@@ -187,6 +192,18 @@ class ScriptedEngine:
                 await self._complete(script, send)
         else:
             await _json(send, {"error": {"message": "not found", "type": "not_found"}}, status=404)
+
+    async def _tokenize_gate(self) -> None:
+        """Count the call; wait (at most 30 s, off the loop) while ``tokenize_open`` is clear."""
+        with self._cond:
+            self.tokenizing += 1
+            self.most_tokenizing = max(self.most_tokenizing, self.tokenizing)
+            self._cond.notify_all()
+        try:
+            if not self.tokenize_open.is_set():
+                await asyncio.get_running_loop().run_in_executor(None, self.tokenize_open.wait, 30)
+        finally:
+            self._bump("tokenizing", -1)
 
     async def _hold(self, receive: Any) -> None:
         """Answer nothing until the client leaves (counted as active, then cancelled)."""

@@ -33,7 +33,7 @@ from sparkfold.api.errors import (
 )
 from sparkfold.api.health import HealthServing, PeerSource
 from sparkfold.api.keys import KeyStore
-from sparkfold.api.lanes import Lanes
+from sparkfold.api.lanes import TOKENIZER_LANES, TOKENIZER_QUEUE, Lanes
 from sparkfold.api.limits import MediaLimits
 from sparkfold.api.metrics import Metrics
 from sparkfold.api.middleware import Admission, Auth, BodyLimit, Observe, RequestId, ServerErrors
@@ -47,11 +47,22 @@ from sparkfold.api.upstream import Connect, Engine
 from sparkfold.asgi import PACING_KEY, Pacing
 from sparkfold.config import Settings
 
-__all__ = ["GENERATING_PATHS", "OPEN_PATHS", "App", "build_stack", "create_app"]
+__all__ = ["GENERATING_PATHS", "OPEN_PATHS", "TOKENIZING_PATHS", "App", "build_stack", "create_app"]
 
 # Routes that make the engine generate: they take a lane.
 GENERATING_PATHS = frozenset(
     {"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages", "/messages"}
+)
+# Routes that make the engine tokenize: they take a lane of the tokenizer's own (lanes.TOKENIZER_LANES).
+TOKENIZING_PATHS = frozenset(
+    {
+        "/tokenize",
+        "/v1/tokenize",
+        "/detokenize",
+        "/v1/detokenize",
+        "/v1/messages/count_tokens",
+        "/messages/count_tokens",
+    }
 )
 # Routes answered without an API key.
 OPEN_PATHS = frozenset({"/health", "/v1/health", "/docs", "/openapi.json"})
@@ -63,6 +74,7 @@ def build_stack(app: ASGIApp, gateway: Gateway, settings: Settings) -> ASGIApp:
     # innermost: gives the serving code a way to take a lane, which it does only once the request
     # passed every check of its own (validation, limits), just before the engine is asked
     app = Admission(app, lanes=gateway.lanes, paths=GENERATING_PATHS, metrics=gateway.metrics)
+    app = Admission(app, lanes=gateway.tokenizer_lanes, paths=TOKENIZING_PATHS, metrics=gateway.metrics)
     # before admission: a too-large body is refused before it is buffered for the queue
     shape = BodyShape(max_text_bytes=int(api.max_text_body_mib * (1 << 20)), max_values=api.max_json_values)
     app = BodyLimit(app, max_bytes=int(api.max_body_mib * (1 << 20)), shape=shape)
@@ -131,7 +143,7 @@ class App:
             timeout_s=api.upstream_timeout_s,
             first_token_timeout_s=api.first_token_timeout_s,
             connect=connect,
-            concurrency=api.parallel + 4,  # the lanes, plus health, metrics and tokenizer calls
+            concurrency=api.parallel + TOKENIZER_LANES + 2,  # the lanes, the tokenizer's, health and metrics
         )
         lanes = Lanes(api.parallel, api.max_queued)
         metrics = Metrics(lanes)
@@ -143,9 +155,11 @@ class App:
             keepalive_s=api.keepalive_s,
             served_name=served,
         )
+        tokenizer_knobs = "the tokenizer routes' own lanes, apart from the generating ones"
         self.gateway = Gateway(
             engine=engine,
             lanes=lanes,
+            tokenizer_lanes=Lanes(TOKENIZER_LANES, TOKENIZER_QUEUE, knobs=tokenizer_knobs),
             metrics=metrics,
             keys=KeyStore(api.api_keys_file),
             chat=chat,

@@ -55,7 +55,7 @@ _NAME = rb'"' + _CHAR + rb'*"'
 _FAST = re.compile(
     rb'\{"id":(' + _NAME + rb'),"object":"(?:(chat\.completion\.chunk)|text_completion)",'
     rb'"created":(0|[1-9][0-9]{0,14}),"model":(' + _NAME + rb'),"choices":\[\{"index":0,'
-    rb'(?:"delta":\{"(content|reasoning_content)":(' + _STRING + rb')\}|"text":(' + _STRING + rb'))\}\]\}'
+    rb'(?:"delta":\{"(content|reasoning_content)":(' + _STRING + rb')\}|"text":(' + _STRING + rb"))\}\]\}"
 )
 
 

@@ -17,7 +17,7 @@ from typing import TypeVar
 
 from sparkfold.api.errors import EngineAtCapacity, Overloaded
 
-__all__ = ["CAPACITY_PATIENCE_S", "LaneState", "Lanes", "at_the_head"]
+__all__ = ["CAPACITY_PATIENCE_S", "TOKENIZER_LANES", "TOKENIZER_QUEUE", "LaneState", "Lanes", "at_the_head"]
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +25,13 @@ T = TypeVar("T")
 
 CAPACITY_PATIENCE_S = 10.0
 """How long a request the engine refused for want of a lane keeps asking before it fails."""
+
+TOKENIZER_LANES, TOKENIZER_QUEUE = 2, 16
+"""The tokenizer routes' own lanes and queue (``/tokenize``, ``/detokenize``, Anthropic
+``count_tokens``). Their own, not the generating lanes: a count must not wait minutes behind long
+generations, nor take a lane from one. Two: the engine does this work in the one prompt thread it
+shares with generating requests, so a flood of counts queues here (429 past the queue), never
+there ahead of a generation's prompt."""
 
 
 @dataclass(frozen=True)
@@ -40,15 +47,18 @@ class LaneState:
 
 
 class Lanes:
-    """``parallel`` lanes and up to ``max_queued`` waiters."""
+    """``parallel`` lanes and up to ``max_queued`` waiters; ``knobs`` names them in the 429."""
 
-    def __init__(self, parallel: int, max_queued: int) -> None:
+    def __init__(
+        self, parallel: int, max_queued: int, *, knobs: str = "api.parallel, api.max_queued"
+    ) -> None:
         if parallel < 1:
             raise ValueError("parallel must be at least 1")
         if max_queued < 0:
             raise ValueError("max_queued must not be negative")
         self.parallel = parallel
         self.max_queued = max_queued
+        self.knobs = knobs
         self._busy = 0
         self._waiters: tuple[deque[asyncio.Future[None]], ...] = (deque(), deque())
         """One FIFO per priority (0 first)."""
@@ -78,7 +88,7 @@ class Lanes:
         if self._queued >= self.max_queued:
             raise Overloaded(
                 f"all {self.parallel} lanes are busy and {self.max_queued} requests are queued "
-                "(api.parallel, api.max_queued); retry later"
+                f"({self.knobs}); retry later"
             )
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         queue = self._waiters[min(max(priority, 0), len(self._waiters) - 1)]

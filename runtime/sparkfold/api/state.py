@@ -38,6 +38,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 class Gateway:
     engine: Engine
     lanes: Lanes
+    tokenizer_lanes: Lanes
     metrics: Metrics
     keys: KeyStore
     chat: ChatServing

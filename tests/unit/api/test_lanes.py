@@ -6,6 +6,7 @@ a length of time.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 from collections.abc import Callable
 
@@ -16,6 +17,7 @@ from tests.fakes.scripted_engine import Script, ScriptedEngine
 
 USER = [{"role": "user", "content": "x"}]
 STREAM = {"model": "fake", "messages": USER, "stream": True}
+COUNT = {"model": "fake", "messages": USER}
 WEATHER = {
     "type": "function",
     "function": {
@@ -189,3 +191,34 @@ def test_tokenize_is_held_to_the_same_picture_limits(
     assert reply.status_code == 400, reply.text
     assert reply.json()["error"]["param"] == "messages[0].content[1].image_url"
     assert not [r for r in fake.requests if r["path"] == "/tokenize"]
+
+
+def test_a_flood_of_tokenize_calls_is_bounded_and_leaves_generation_alone(
+    start_gateway: Callable[..., Running], fake: ScriptedEngine
+) -> None:
+    from sparkfold.api.lanes import TOKENIZER_LANES, TOKENIZER_QUEUE
+
+    gateway = start_gateway(parallel=1)
+    flood = TOKENIZER_LANES + TOKENIZER_QUEUE + 2
+    fake.tokenize_open.clear()
+    try:
+        with concurrent.futures.ThreadPoolExecutor(flood) as pool:
+            calls = [pool.submit(httpx.post, gateway.url + "/tokenize", json={"prompt": "a b"}, timeout=60)]
+            calls += [
+                pool.submit(httpx.post, gateway.url + "/v1/messages/count_tokens", json=COUNT, timeout=60)
+                for _ in range(flood - 1)
+            ]
+            fake.wait_for(lambda: fake.tokenizing == TOKENIZER_LANES)
+            until(lambda: sum(call.done() for call in calls) == flood - TOKENIZER_LANES - TOKENIZER_QUEUE)
+            refused = [call.result() for call in calls if call.done()]
+            # generation is not starved: a chat request runs while every tokenizer lane is held
+            reply = gateway.http.post("/v1/chat/completions", json={**STREAM, "stream": False})
+            assert reply.status_code == 200, reply.text
+            fake.tokenize_open.set()
+            answered = [call.result() for call in calls]
+    finally:
+        fake.tokenize_open.set()
+    assert fake.most_tokenizing == TOKENIZER_LANES
+    assert [r.status_code for r in refused] == [429] * 2
+    assert "the tokenizer routes' own lanes" in refused[0].json()["error"]["message"]
+    assert sorted(r.status_code for r in answered) == [200] * (flood - 2) + [429] * 2

@@ -8,10 +8,11 @@ from sparkfold.api.anthropic.protocol import CountTokensRequest, MessagesRequest
 from sparkfold.api.anthropic.stream import anthropic_sse
 from sparkfold.api.anthropic.translate import chat_tools, from_chat, to_chat, to_chat_messages
 from sparkfold.api.context import CallContext
-from sparkfold.api.errors import ApiError, InvalidRequest, UpstreamError
-from sparkfold.api.openai.serving import ChatServing, log_ignored
+from sparkfold.api.errors import ApiError, InvalidRequest
+from sparkfold.api.openai.serving import ChatServing, log_ignored, tokenizer_call
 from sparkfold.api.upstream import Engine
 from sparkfold.asgi import EventStream
+from sparkfold.protocol import TokenizeResponse
 
 __all__ = ["MessagesServing"]
 
@@ -53,11 +54,7 @@ class MessagesServing:
         body: dict[str, Any] = {"messages": messages}
         if tools and (request.tool_choice or {}).get("type") != "none":
             body["tools"] = tools  # the prompt shows them: they count
-        try:
-            result = await self.engine.post_json("/tokenize", body)
-        except ApiError as error:
-            return error
-        count = result.get("count")
-        if not isinstance(count, int):
-            return UpstreamError("the engine's /tokenize answer has no count")
-        return {"input_tokens": count}
+        result = await tokenizer_call(self.engine, call, "/tokenize", body, TokenizeResponse)
+        if isinstance(result, ApiError):
+            return result
+        return {"input_tokens": result["count"]}

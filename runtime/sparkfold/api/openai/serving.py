@@ -30,10 +30,25 @@ from sparkfold.api.reasoning import reasoning_controls
 from sparkfold.api.tools import Toolbox
 from sparkfold.api.upstream import Engine
 from sparkfold.asgi import EventStream
-from sparkfold.protocol import ChatCompletion, Completion, ignored_fields, ignored_summary
+from sparkfold.protocol import (
+    ChatCompletion,
+    Completion,
+    DetokenizeResponse,
+    TokenizeResponse,
+    ignored_fields,
+    ignored_summary,
+)
 from sparkfold.sse import KEEPALIVE_COMMENT, SSE_DONE, data_event, sse_event
 
-__all__ = ["ChatServing", "CompletionServing", "PreparedChat", "UtilityServing", "log_ignored", "openai_sse"]
+__all__ = [
+    "ChatServing",
+    "CompletionServing",
+    "PreparedChat",
+    "UtilityServing",
+    "log_ignored",
+    "openai_sse",
+    "tokenizer_call",
+]
 
 log = logging.getLogger(__name__)
 
@@ -296,16 +311,27 @@ class UtilityServing:
             if refused is not None:
                 return refused
         log_ignored(request, call)
-        try:
-            return await self.engine.post_json("/tokenize", _known_fields(request))
-        except ApiError as error:
-            return error
+        return await tokenizer_call(self.engine, call, "/tokenize", _known_fields(request), TokenizeResponse)
 
     async def detokenize(self, request: DetokenizeRequest, call: CallContext) -> dict[str, Any] | ApiError:
         log_ignored(request, call)
         if any(token < 0 for token in request.tokens):
             return ClientError("tokens must be non-negative token ids", param="tokens")
-        try:
-            return await self.engine.post_json("/detokenize", _known_fields(request))
-        except ApiError as error:
-            return error
+        return await tokenizer_call(
+            self.engine, call, "/detokenize", _known_fields(request), DetokenizeResponse
+        )
+
+
+async def tokenizer_call(
+    engine: Engine, call: CallContext, path: str, body: dict[str, Any], model: type[BaseModel]
+) -> dict[str, Any] | ApiError:
+    """A tokenizer route's engine call, in one of the tokenizer's own lanes (``call.admit``: see
+    :data:`~sparkfold.api.lanes.TOKENIZER_LANES`), its answer typed as ``model``."""
+    refused = await call.admit(0)
+    if refused is not None:
+        return refused
+    try:
+        answer = await engine.post_reply(path, body, model)
+    except ApiError as error:
+        return error
+    return answer.model_dump(mode="json", exclude_unset=True)
