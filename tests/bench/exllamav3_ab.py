@@ -28,7 +28,6 @@ import json
 import statistics
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -70,28 +69,9 @@ class LoopThread(GeneratorLoop):
         }
         self.sent += len(b"data: " + json.dumps(chunk).encode() + b"\n\n")
 
-    def round(self, texts: list[str], tokens: int) -> dict[str, float]:
-        exl, torch = self.exl, self.torch
-        jobs = [
-            exl.Job(
-                torch.tensor([self.hf.encode(t)], dtype=torch.long),
-                max_new_tokens=tokens,
-                sampler=exl.ArgmaxSampler(),
-                stop_conditions=[],
-            )
-            for t in texts
-        ]
-        started = time.perf_counter()
-        generated = 0
-        self.generator.enqueue(jobs)
-        while self.generator.num_remaining_jobs():
-            for result in self.generator.iterate():
-                ids = result.get("token_ids")
-                if ids is not None and ids.numel():
-                    generated += int(ids.numel())
-                    for token in ids.flatten().tolist():
-                        self.loop.call_soon_threadsafe(self._encode, token, result.get("text") or "")
-        return {"tok_s": generated / (time.perf_counter() - started), "ttft_s": 0.0}
+    def on_tokens(self, result: dict[str, Any], ids: Any) -> None:
+        for token in ids.flatten().tolist():
+            self.loop.call_soon_threadsafe(self._encode, token, result.get("text") or "")
 
 
 def main() -> None:

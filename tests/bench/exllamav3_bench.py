@@ -26,10 +26,11 @@ short by a time limit still leaves the levels it finished.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import httpx
@@ -84,30 +85,43 @@ def _prefix_reuse(url: str) -> dict[str, float]:
     }
 
 
-def measure(
-    model_dir: Path, tokens: int, rounds: int, at: Sequence[int], log_dir: Path, report: Report
-) -> None:
-    direct = Direct(model_dir)
+@contextlib.contextmanager
+def serve(
+    model_dir: Path, log_dir: Path, name: str, *, max_tokens: int, context: int = 16_384
+) -> Iterator[tuple[str, EngineProcess]]:
+    """``sparkfold engine`` (kind exllamav3, 16 lanes, a ``POOL_TOKENS`` pool) on the model in a
+    child process; yields its URL and process once healthy, stops it after."""
     port = free_port()
     config = write_config(
-        log_dir / "bench.toml",
+        log_dir / f"{name}.toml",
         model_dir,
         kind="exllamav3",
         port=port,
         served_name="glm",
-        context=16_384,
-        max_tokens=tokens,
+        context=context,
+        max_tokens=max_tokens,
         parallel=max(LEVELS),
     )
-    config.write_text(config.read_text() + f"[engine.exllamav3]\npool_tokens = {POOL_TOKENS}\n")
-    proc = EngineProcess(config, log_dir / f"engine-bench-{model_dir.name}.log", env=child_env())
+    pool = max(POOL_TOKENS, 2 * context)
+    config.write_text(config.read_text() + f"[engine.exllamav3]\npool_tokens = {pool}\n")
+    proc = EngineProcess(config, log_dir / f"engine-{name}-{model_dir.name}.log", env=child_env())
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, proc, deadline_s=400)
-        levels(url, direct, tokens, rounds, at, report.level)
-        report.reuse(_prefix_reuse(url))
+        yield url, proc
     finally:
         proc.stop()
+
+
+def measure(
+    model_dir: Path, tokens: int, rounds: int, at: Sequence[int], log_dir: Path, report: Report
+) -> None:
+    direct = Direct(model_dir)
+    try:
+        with serve(model_dir, log_dir, "bench", max_tokens=tokens) as (url, _):
+            levels(url, direct, tokens, rounds, at, report.level)
+            report.reuse(_prefix_reuse(url))
+    finally:
         direct.close()
 
 

@@ -8,8 +8,9 @@ the engine server's threads under load.
 2. Engine server (``sparkfold engine``, kind exllamav3, in a child process): rounds of streamed
    requests at each concurrency while ``py-spy`` samples the child (non-blocking, so it does not
    pause it), once with ``--idle`` (every thread's stack, idle or not: where each thread's time
-   goes) and once with ``--gil`` (only the thread holding the GIL: who has the interpreter). The
-   collapsed stacks land in OUT as ``pyspy-{idle,gil}-{level}.txt``; ``summarize`` prints, per
+   goes) and once with ``--gil`` (only the thread holding the GIL: who has the interpreter), and
+   with ``--modes native`` also with native frames (C++/CUDA: where the GIL-free time goes). The
+   collapsed stacks land in OUT as ``pyspy-{mode}-{level}.txt``; ``summarize`` prints, per
    thread, its share of samples and its top leaf frames.
 
     python tests/bench/exllamav3_profile.py MODEL_DIR OUT [--levels 1,8] [--tokens 128]
@@ -30,10 +31,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.bench.exllamav3_bench import POOL_TOKENS, Direct
+from tests.bench.exllamav3_bench import Direct, serve
 from tests.bench.server_vs_direct import prompts, server_round
-from tests.gpu.gpu_engine import child_env
-from tests.integration.engine_procs import EngineProcess, free_port, wait_healthy, write_config
 
 SAMPLE_RATE = 200  # py-spy samples per second
 
@@ -67,44 +66,30 @@ def gpu_busy(direct: Direct, level: int, tokens: int) -> dict[str, float]:
     }
 
 
+MODES = {
+    "idle": ["--nonblocking", "--idle"],  # every thread, idle or not
+    "gil": ["--nonblocking", "--gil"],  # only the thread holding the GIL
+    "native": ["--native", "--idle"],  # C/C++/CUDA frames too (py-spy pauses the process to read them)
+}
+
+
 def _pyspy(pid: int, mode: str, out: Path, seconds: float) -> subprocess.Popen[bytes]:
     spy = shutil.which("py-spy") or "py-spy"
-    args = [spy, "record", "--pid", str(pid), "--threads", "--nonblocking", f"--{mode}"]
-    args += [
-        "--rate",
-        str(SAMPLE_RATE),
-        "--duration",
-        str(int(seconds)),
-        "--format",
-        "raw",
-        "--output",
-        str(out),
-    ]
+    rate = SAMPLE_RATE // 4 if mode == "native" else SAMPLE_RATE
+    args = [spy, "record", "--pid", str(pid), "--threads", *MODES[mode], "--rate", str(rate)]
+    args += ["--duration", str(int(seconds)), "--format", "raw", "--output", str(out)]
     return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
 
 
-def server_profile(model_dir: Path, out: Path, levels: list[int], tokens: int) -> list[dict[str, Any]]:
-    port = free_port()
-    config = write_config(
-        out / "profile.toml",
-        model_dir,
-        kind="exllamav3",
-        port=port,
-        served_name="glm",
-        context=16_384,
-        max_tokens=tokens,
-        parallel=16,
-    )
-    config.write_text(config.read_text() + f"[engine.exllamav3]\npool_tokens = {POOL_TOKENS}\n")
-    proc = EngineProcess(config, out / "engine-profile.log", env=child_env())
-    url = f"http://127.0.0.1:{port}"
+def server_profile(
+    model_dir: Path, out: Path, levels: list[int], tokens: int, modes: list[str]
+) -> list[dict[str, Any]]:
     rows = []
-    try:
-        wait_healthy(url, proc, deadline_s=400)
+    with serve(model_dir, out, "profile", max_tokens=tokens) as (url, proc):
         for level in levels:
             asyncio.run(server_round(url, prompts(level, f"warm-{level}"), 16))
             timed = asyncio.run(server_round(url, prompts(level, f"t-{level}"), tokens))
-            for mode in ("idle", "gil"):
+            for mode in modes:
                 seconds = max(3.0, timed["wall_s"] * 2 + 1)
                 spy = _pyspy(proc.proc.pid, mode, out / f"pyspy-{mode}-{level}.txt", seconds)
                 time.sleep(0.5)  # py-spy attaching: it reads the process from outside, nothing to await
@@ -118,17 +103,17 @@ def server_profile(model_dir: Path, out: Path, levels: list[int], tokens: int) -
                     )
                 spy.wait(timeout=seconds + 60)
                 rows.append({"level": level, "mode": mode, "rounds": served})
-    finally:
-        proc.stop()
     return rows
 
 
 def summarize(out: Path) -> dict[str, Any]:
-    """Per file: each thread's share of the samples and its five heaviest leaf frames."""
+    """Per file: each thread's share of the samples, its heaviest frames of ours (sparkfold,
+    exllamav3) and its heaviest leaf frames (native ones with ``--native``)."""
     report: dict[str, Any] = {}
     for path in sorted(out.glob("pyspy-*.txt")):
         threads: collections.Counter[str] = collections.Counter()
         leaves: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+        raw: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
         total = 0
         for line in path.read_text().splitlines():
             stack, _, count = line.rpartition(" ")
@@ -141,10 +126,15 @@ def summarize(out: Path) -> dict[str, Any]:
             threads[thread] += n
             ours = [f for f in frames[1:] if "sparkfold" in f or "exllamav3" in f]
             leaves[thread][(ours[-1] if ours else frames[-1])[:140]] += n
+            raw[thread][frames[-1][:140]] += n
         report[path.name] = {
             "samples": total,
             "threads": {
-                t: {"share": round(n / total, 3), "top": leaves[t].most_common(6)}
+                t: {
+                    "share": round(n / total, 3),
+                    "top": leaves[t].most_common(6),
+                    "leaf": raw[t].most_common(6),
+                }
                 for t, n in threads.most_common(6)
             },
         }
@@ -158,6 +148,7 @@ def main() -> None:
     parser.add_argument("--levels", default="1,8")
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--summarize", action="store_true", help="only summarize the stacks in OUT")
+    parser.add_argument("--modes", default="idle,gil", help=f"py-spy modes, of {','.join(MODES)}")
     parser.add_argument("--server-only", action="store_true", help="skip the direct loop's GPU-busy share")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -169,7 +160,7 @@ def main() -> None:
             print(json.dumps(busy, indent=2), flush=True)
             (args.out / "gpu-busy.json").write_text(json.dumps(busy, indent=2) + "\n")
             direct.close()
-        rows = server_profile(args.model, args.out, levels, args.tokens)
+        rows = server_profile(args.model, args.out, levels, args.tokens, args.modes.split(","))
         (args.out / "server-rounds.json").write_text(json.dumps(rows, indent=2) + "\n")
     summary = summarize(args.out)
     (args.out / "pyspy-summary.json").write_text(json.dumps(summary, indent=2) + "\n")

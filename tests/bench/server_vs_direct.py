@@ -57,9 +57,10 @@ class GeneratorLoop:
     def __init__(self, exl: Any, torch: Any, generator: Any, hf: Any) -> None:
         self.exl, self.torch, self.generator, self.hf = exl, torch, generator, hf
 
-    def round(self, texts: list[str], tokens: int) -> dict[str, float]:
+    def jobs(self, texts: list[str], tokens: int) -> list[Any]:
+        """One greedy job of exactly ``tokens`` new tokens per text."""
         exl, torch = self.exl, self.torch
-        jobs = [
+        return [
             exl.Job(
                 torch.tensor([self.hf.encode(text)], dtype=torch.long),
                 max_new_tokens=tokens,
@@ -68,6 +69,12 @@ class GeneratorLoop:
             )
             for text in texts
         ]
+
+    def on_tokens(self, result: dict[str, Any], ids: Any) -> None:
+        """Called with each result that carries new tokens (a variant hands them on)."""
+
+    def round(self, texts: list[str], tokens: int) -> dict[str, float]:
+        jobs = self.jobs(texts, tokens)
         started = time.perf_counter()
         first: dict[Any, float] = {}
         generated = 0
@@ -78,6 +85,7 @@ class GeneratorLoop:
                 if ids is not None and ids.numel():
                     first.setdefault(result["job"], time.perf_counter() - started)
                     generated += int(ids.numel())
+                    self.on_tokens(result, ids)
         wall = time.perf_counter() - started
         return {"tok_s": generated / wall, "ttft_s": statistics.mean(first.values())}
 

@@ -12,7 +12,9 @@
 # its own time limit. bench-large writes the ~2.1B bench-size
 # fixture on the GPU and benchmarks it unconverted (bf16); bench-large2 runs the same benchmark a
 # second time (two runs that must agree); profile profiles the bench-size fixture
-# (tests/bench/exllamav3_profile.py: GPU-busy share, py-spy of the server; PROFILE_ARGS).
+# (tests/bench/exllamav3_profile.py: GPU-busy share, py-spy of the server; PROFILE_ARGS); ab runs
+# tests/bench/exllamav3_ab.py on it (AB_ARGS), cli-bench runs `sparkfold bench` against the engine
+# server on it (tests/bench/exllamav3_cli_bench.py; CLI_BENCH_ARGS).
 set -uo pipefail
 OUT=${1:?usage: tests/gpu/run.sh OUT_DIR}
 WHEELS=${WHEELS:-.whl}
@@ -71,12 +73,24 @@ for step in $STEPS; do
       log "benchmark"
       timeout "${BENCH_TIMEOUT:-240}" python3 tests/bench/exllamav3_bench.py "$MODEL" --json "$OUT/bench.json" ${BENCH_ARGS:-} \
         2>&1 | tee "$OUT/bench.log" | tail -20 || rc=1 ;;
-    bench-large|bench-large2|profile)
+    bench-large|bench-large2|profile|ab|cli-bench)
       LARGE=$WORK/bench-glm
       if [ ! -f "$LARGE/config.json" ]; then
         log "writing the bench-size fixture (bf16, on the GPU)"
         timeout 200 python3 -m sparkfold.testing.tiny_glm "$LARGE" --size bench >>"$OUT/bench-large.log" 2>&1 ||
           { log "writing it failed (bench-large.log)"; rc=1; continue; }
+      fi
+      if [ "$step" = ab ]; then
+        log "A/B of exllamav3's own loop, bench-size fixture"
+        timeout "${AB_TIMEOUT:-240}" python3 tests/bench/exllamav3_ab.py "$LARGE" --json "$OUT/ab.json" \
+          ${AB_ARGS:-} 2>&1 | tee "$OUT/ab.log" | tail -20 || rc=1
+        continue
+      fi
+      if [ "$step" = cli-bench ]; then
+        log "sparkfold bench against the engine server, bench-size fixture"
+        timeout "${CLI_BENCH_TIMEOUT:-300}" python3 tests/bench/exllamav3_cli_bench.py "$LARGE" "$OUT/cli-bench" \
+          ${CLI_BENCH_ARGS:-} 2>&1 | tee "$OUT/cli-bench.log" | tail -30 || rc=1
+        continue
       fi
       if [ "$step" = profile ]; then
         log "profile, bench-size fixture"
