@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
@@ -21,8 +22,11 @@ __all__ = ["FORMAT", "run", "total_errors"]
 FORMAT = "sparkfold-bench/1"
 
 
+OnSuite = Callable[[dict[str, Any]], None]
+
+
 async def _run(
-    url: str, suites: list[str], knobs: Knobs, api_key: str | None, model: str | None
+    url: str, suites: list[str], knobs: Knobs, api_key: str | None, model: str | None, on_suite: OnSuite
 ) -> dict[str, Any]:
     streams = max(*knobs.levels, knobs.exact_requests)
     async with open_client(url, api_key, knobs.max_seconds, streams) as client:
@@ -40,14 +44,22 @@ async def _run(
             started = time.perf_counter()
             suite = await run_suite(name, client, endpoint, knobs)
             result["suites"][name] = suite | {"seconds": round(time.perf_counter() - started, 2)}
+            on_suite(result)
     return result
 
 
 def run(
-    url: str, suites: list[str], knobs: Knobs, *, api_key: str | None = None, model: str | None = None
+    url: str,
+    suites: list[str],
+    knobs: Knobs,
+    *,
+    api_key: str | None = None,
+    model: str | None = None,
+    on_suite: OnSuite = lambda result: None,
 ) -> dict[str, Any]:
-    """Run ``suites`` against ``url`` (the gateway, an engine server or a router)."""
-    return asyncio.run(_run(url, suites, knobs, api_key, model))
+    """Run ``suites`` against ``url`` (the gateway, an engine server or a router); ``on_suite``
+    gets the result so far after each suite (so a run cut short keeps what it measured)."""
+    return asyncio.run(_run(url, suites, knobs, api_key, model, on_suite))
 
 
 def total_errors(result: dict[str, Any]) -> int:

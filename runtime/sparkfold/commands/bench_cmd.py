@@ -234,24 +234,29 @@ def command(
         max_seconds=max_seconds,
         **({} if progress is None else {"progress": progress}),
     )
+
+    def keep(result: dict[str, Any]) -> None:
+        """Write what is measured so far (after every suite): a run cut short keeps it."""
+        if label:
+            result["label"] = label
+        text = json.dumps(result, indent=2) + "\n"
+        if save_path:
+            save_path.write_text(text)
+        if plot_dir:
+            plot_dir.mkdir(parents=True, exist_ok=True)
+            (plot_dir / "bench.json").write_text(text)
+            (plot_dir / "bench.md").write_text(markdown(result))
+
     try:
-        result = run(url, suites, knobs, api_key=api_key, model=model)
+        result = run(url, suites, knobs, api_key=api_key, model=model, on_suite=keep)
     except (httpx.HTTPError, LookupError) as exc:
         raise click.ClickException(f"{url}: {exc}") from None
-    if label:
-        result["label"] = label
-    table = markdown(result)
-    text = json.dumps(result, indent=2) + "\n"
-    if save_path:
-        save_path.write_text(text)
+    keep(result)
     if plot_dir:
-        plot_dir.mkdir(parents=True, exist_ok=True)
-        (plot_dir / "bench.json").write_text(text)
-        (plot_dir / "bench.md").write_text(table)
         _plot([(label or "run", result)], plot_dir)
     if as_json:
         echo_json(result)
     else:
-        click.echo(table)
+        click.echo(markdown(result))
     if total_errors(result):
         raise SystemExit(1)

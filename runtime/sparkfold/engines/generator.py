@@ -9,8 +9,9 @@ budget is spent, an end-of-sequence token comes, or the request is cancelled. Ev
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -20,6 +21,7 @@ __all__ = [
     "EngineFailure",
     "GenerationReport",
     "Generator",
+    "Outbox",
     "SamplingParams",
     "stream_from_thread",
 ]
@@ -106,20 +108,76 @@ class Generator(Protocol):
     def close(self) -> None: ...
 
 
-async def stream_from_thread(submit: Callable[[Emit], None], cancel: threading.Event) -> AsyncIterator[int]:
+class Outbox:
+    """Hands an engine thread's output to the event loops that wait for it.
+
+    Outside :meth:`step` each item goes at once (one ``call_soon_threadsafe``). Inside it, the
+    engine thread's items are held and, when the step ends, each event loop gets all of them in
+    one call, in the order they were emitted: one wake-up of the HTTP side per step, whatever the
+    number of streams, instead of one per token. Every wake-up is a write to the loop's self-pipe,
+    and every one lets the event loop take the GIL from the engine thread in the middle of its
+    step; batching them is what vLLM's engine core does per step (one output message per step).
+    Items another thread emits during a step (none today) still go at once.
+    """
+
+    def __init__(self) -> None:
+        self._held: dict[
+            asyncio.AbstractEventLoop, list[tuple[Callable[[Any], None], Any, threading.Event]]
+        ] = {}
+        self._holder: int | None = None
+
+    @contextlib.contextmanager
+    def step(self) -> Iterator[None]:
+        """Hold what this thread emits until the block ends (also when it raises)."""
+        self._holder = threading.get_ident()
+        try:
+            yield
+        finally:
+            self._holder = None
+            held, self._held = self._held, {}
+            for loop, calls in held.items():
+                _call(loop, _deliver, calls, [cancel for _, _, cancel in calls])
+
+    def send(
+        self, loop: asyncio.AbstractEventLoop, put: Callable[[Any], None], item: Any, cancel: threading.Event
+    ) -> None:
+        """``put(item)`` on ``loop``; ``cancel`` is set when that loop is gone (nobody listens)."""
+        if self._holder == threading.get_ident():
+            self._held.setdefault(loop, []).append((put, item, cancel))
+        else:
+            _call(loop, put, item, [cancel])
+
+
+def _call(
+    loop: asyncio.AbstractEventLoop, fn: Callable[[Any], None], arg: Any, cancels: list[threading.Event]
+) -> None:
+    try:
+        loop.call_soon_threadsafe(fn, arg)
+    except RuntimeError:  # the event loop is gone: nobody is listening any more
+        for cancel in cancels:
+            cancel.set()
+
+
+def _deliver(calls: list[tuple[Callable[[Any], None], Any, threading.Event]]) -> None:
+    for put, item, _ in calls:
+        put(item)
+
+
+async def stream_from_thread(
+    submit: Callable[[Emit], None], cancel: threading.Event, outbox: Outbox | None = None
+) -> AsyncIterator[int]:
     """Token ids that an engine thread emits through the callback given to ``submit``.
 
     The callback is safe to call from any thread; once the caller's event loop is gone it sets
     ``cancel``. Leaving the iteration early sets ``cancel`` too, so the engine stops the request.
+    With an ``outbox``, what the engine thread emits inside ``outbox.step()`` arrives per step.
     """
     loop = asyncio.get_running_loop()
     items: asyncio.Queue[int | BaseException | None] = asyncio.Queue()
+    out = outbox or Outbox()
 
     def emit(item: int | BaseException | None) -> None:
-        try:
-            loop.call_soon_threadsafe(items.put_nowait, item)
-        except RuntimeError:  # the event loop is gone: nobody is listening any more
-            cancel.set()
+        out.send(loop, items.put_nowait, item, cancel)
 
     submit(emit)
     try:

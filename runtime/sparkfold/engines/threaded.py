@@ -2,7 +2,8 @@
 
 :class:`ThreadedEngine` implements the tokenizer side of the :class:`~sparkfold.engines.generator.Generator`
 seam, its request plumbing and the engine thread's scheduling loop: ``generate`` puts a job on the
-inbox and streams the token ids the engine thread emits back to the event loop; the thread admits
+inbox and streams the token ids the engine thread emits back to the event loop (all of a step's
+tokens in one hand-over, :class:`~sparkfold.engines.generator.Outbox`); the thread admits
 jobs up to ``parallel``, ends the ones whose client left, and steps the model. A subclass builds
 its model, calls :meth:`_start`, and writes what is its own:
 
@@ -32,7 +33,14 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from sparkfold.engines.generator import CapacityError, Emit, EngineFailure, SamplingParams, stream_from_thread
+from sparkfold.engines.generator import (
+    CapacityError,
+    Emit,
+    EngineFailure,
+    Outbox,
+    SamplingParams,
+    stream_from_thread,
+)
 
 __all__ = ["Job", "ThreadedEngine"]
 
@@ -84,6 +92,8 @@ class ThreadedEngine(Generic[J]):
             if isinstance(value := getattr(tokenizer, name, None), str)
         }
         self._inbox: queue.Queue[J | None] = queue.Queue()
+        self._outbox = Outbox()
+        """What a step emits reaches each event loop in one call (not one per token)."""
         self._active: dict[J, None] = {}
         """Running jobs in admission order (only the engine thread touches it)."""
         self._progress_at = time.monotonic()
@@ -151,7 +161,7 @@ class ThreadedEngine(Generic[J]):
         def submit(emit: Emit) -> None:
             self._inbox.put(self.job_type(list(prompt_ids), params, cancel, emit))
 
-        async for token in stream_from_thread(submit, cancel):
+        async for token in stream_from_thread(submit, cancel, self._outbox):
             yield token
 
     def close(self) -> None:
@@ -177,7 +187,8 @@ class ThreadedEngine(Generic[J]):
                 if not self._drain_inbox():
                     break
                 if self._active:
-                    self._step()
+                    with self._outbox.step():
+                        self._step()
                     self.steps_total += 1
                 self._progress_at = time.monotonic()
                 self._after_step()

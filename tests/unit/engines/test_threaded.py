@@ -125,6 +125,56 @@ def test_past_parallel_a_request_is_refused_alone() -> None:
         engine.close()
 
 
+def test_a_step_reaches_the_event_loop_in_one_hand_over() -> None:
+    """Three streams on one event loop: each step's tokens (and a reply's end) arrive in ONE
+    ``call_soon_threadsafe``, not one per token; every stream still gets all its tokens in order."""
+    engine = Held(parallel=3)
+    wakeups = 0
+
+    async def reply(prompt: int) -> list[int]:
+        return [t async for t in engine.generate([prompt], SamplingParams(max_tokens=5), threading.Event())]
+
+    async def scenario() -> list[list[int]]:
+        loop = asyncio.get_running_loop()
+        plain = loop.call_soon_threadsafe
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            nonlocal wakeups
+            wakeups += threading.current_thread() is engine._thread
+            return plain(*args, **kwargs)
+
+        engine.hold.set()  # the first step waits until all three requests are in
+        tasks = [asyncio.create_task(reply(p)) for p in (1, 2, 3)]
+        await asyncio.to_thread(engine.inside.wait, 10)
+        await asyncio.to_thread(until, lambda: len(engine._active) + engine._inbox.qsize() == 3)
+        loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+        engine.hold.clear()
+        engine.resume.set()
+        return await asyncio.wait_for(asyncio.gather(*tasks), 10)
+
+    try:
+        assert asyncio.run(scenario()) == [[65] * 5] * 3
+        assert wakeups == engine.steps_total  # 5 or 6 steps, not 15 tokens + 3 ends
+    finally:
+        engine.resume.set()
+        engine.close()
+
+
+def test_an_outbox_whose_event_loop_is_gone_cancels_what_it_held() -> None:
+    from sparkfold.engines.generator import Outbox
+
+    outbox = Outbox()
+    loop = asyncio.new_event_loop()
+    loop.close()
+    cancels = [threading.Event(), threading.Event()]
+    got: list[int] = []
+    with pytest.raises(ValueError, match="the step failed"), outbox.step():
+        for n, cancel in enumerate(cancels):
+            outbox.send(loop, got.append, n, cancel)
+        raise ValueError("the step failed")  # held items are handed over (here: refused) anyway
+    assert got == [] and all(cancel.is_set() for cancel in cancels)
+
+
 @pytest.fixture
 def watchdog(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
     server = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
