@@ -12,10 +12,15 @@ interleaved rounds (the same kind of jobs as ``exllamav3_bench.py``, new prompts
   ``decode_special_tokens=True``);
 - ``loop-thread``: the default generator, and every token handed to an asyncio event loop in a
   second thread (``call_soon_threadsafe`` per token, as the server's engine thread hands tokens to
-  its HTTP side) that encodes an SSE chunk for it: the shared interpreter without HTTP.
+  its HTTP side) that encodes an SSE chunk for it: the shared interpreter without HTTP;
+- ``engine``: sparkfold's engine as the server loads it (``engines.exllamav3.loading.load``: its
+  own model, pool, generator settings and engine thread), driven by ``generate()`` from an event
+  loop in this thread: everything the server runs except HTTP, SSE and the GLM output parsing.
 
 If ``server-config`` or ``server-jobs`` loses against ``default`` what the server loses against the
-direct loop, the cost is in the configuration, not in HTTP, threads or the GIL.
+direct loop, the cost is in the configuration, not in HTTP, threads or the GIL; if ``engine``
+keeps up with ``default`` while the server does not, the cost is in the HTTP side sharing the
+engine's interpreter.
 
     python tests/bench/exllamav3_ab.py MODEL_DIR [--levels 4,8] [--tokens 256] [--rounds 3] [--json FILE]
 """
@@ -28,6 +33,7 @@ import json
 import statistics
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +80,41 @@ class LoopThread(GeneratorLoop):
             self.loop.call_soon_threadsafe(self._encode, token, result.get("text") or "")
 
 
+class Engine:
+    """sparkfold's exllamav3 engine (the server's generator and engine thread), no HTTP."""
+
+    def __init__(self, model_dir: Path, tokens: int) -> None:
+        from sparkfold.config import EngineSettings
+        from sparkfold.engines.exllamav3.loading import load
+
+        settings = EngineSettings.model_validate(
+            {
+                "kind": "exllamav3",
+                "model": str(model_dir),
+                "context": 16_384,
+                "max_tokens": tokens,
+                "parallel": 16,
+                "exllamav3": {"pool_tokens": POOL_TOKENS},
+            }
+        )
+        self.generator = load(settings).generator
+
+    async def _reply(self, text: str, tokens: int) -> int:
+        from sparkfold.engines.generator import SamplingParams
+
+        params = SamplingParams(max_tokens=tokens, ignore_eos=True)
+        stream = self.generator.generate(self.generator.encode(text), params, threading.Event())
+        return sum([1 async for _ in stream])
+
+    def round(self, texts: list[str], tokens: int) -> dict[str, float]:
+        async def all_of_them() -> int:
+            return sum(await asyncio.gather(*(self._reply(t, tokens) for t in texts)))
+
+        started = time.perf_counter()
+        generated = asyncio.run(all_of_them())
+        return {"tok_s": generated / (time.perf_counter() - started), "ttft_s": 0.0}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", type=Path)
@@ -102,7 +143,7 @@ def main() -> None:
         "recurrent_cache_size": 4 * GIB,
     }
     served = exl.Generator(model=model, cache=caches[1], tokenizer=tok, **server_kwargs)
-    variants = {
+    variants: dict[str, Any] = {
         "default": Variant(exl, torch, plain, hf, {}),
         "server-config": Variant(exl, torch, served, hf, {}),
         "server-jobs": Variant(exl, torch, served, hf, {"seed": 0, "decode_special_tokens": True}),
@@ -110,6 +151,8 @@ def main() -> None:
     }
     if args.only:
         variants = {name: loop for name, loop in variants.items() if name in args.only.split(",")}
+    if not args.only or "engine" in args.only.split(","):
+        variants["engine"] = Engine(args.model, args.tokens)
     result: dict[str, Any] = {}
     for level in [int(n) for n in args.levels.split(",")]:
         for name, loop in variants.items():
@@ -126,8 +169,8 @@ def main() -> None:
             f"{n} {d['median']:.0f} ({d['median'] / base:.2f})" for n, d in result[str(level)].items()
         )
         print(f"{level} concurrent: {cells}", flush=True)
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        if args.json:  # after every level: a run cut short keeps what it measured
+            args.json.write_text(json.dumps(result, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import matplotlib.image
 import pytest
@@ -76,6 +77,30 @@ def test_decode_and_reuse_write_the_table_json_and_plots(
     plots = sorted(p.name for p in tmp_path.glob("*.png"))
     assert plots == ["decode.png", "reuse.png"]
     assert all(png_width(tmp_path / name) >= 800 for name in plots)
+
+
+def test_a_run_cut_short_keeps_the_suites_it_finished(
+    engine: tuple[ScriptedEngine, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """bench.json / bench.md (and --save) are written after every suite, not only at the end."""
+    import sparkfold.bench.run as run_module
+
+    measured = run_module.run_suite
+
+    async def until_reuse(name: str, *args: Any) -> dict[str, Any]:
+        if name == "reuse":  # the run is stopped here (an outer time limit, Ctrl-C)
+            raise KeyboardInterrupt
+        return await measured(name, *args)
+
+    monkeypatch.setattr(run_module, "run_suite", until_reuse)
+    saved = tmp_path / "saved.json"
+    args = quick(engine[1], "--suite", "decode,reuse", "--plot", str(tmp_path), "--save", str(saved))
+    code, output = bench(*args)
+    assert code == 1 and "Aborted" in output
+    for path in (tmp_path / "bench.json", saved):
+        result = json.loads(path.read_text())
+        assert list(result["suites"]) == ["decode"] and result["suites"]["decode"]["errors"] == 0
+    assert "## Decode" in (tmp_path / "bench.md").read_text()
 
 
 def test_compare_draws_two_saved_runs(engine: tuple[ScriptedEngine, str], tmp_path: Path) -> None:
