@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test lint unit demo demo-down clean gpu-run
+.PHONY: venv test lint unit demo demo-down demo-fleet demo-fleet-down clean gpu-run
 
 venv: $(STAMP)
 
@@ -40,6 +40,16 @@ demo: venv
 
 demo-down: venv
 	$(VENV)/bin/ansible-playbook playbooks/teardown.yml
+
+# The fleet testbed (docs/fleet.md): two one-node pairs (CPU engine, tp = 1) behind the router on
+# sffl-a, provisioned by the same site.yml; the router stage prints a curl line against the router.
+demo-fleet: venv
+	$(VENV)/bin/ansible-playbook -i inventory/fleet-testbed playbooks/testbed.yml
+	$(VENV)/bin/ansible-playbook -i inventory/fleet-testbed site.yml
+	@echo; echo "The fleet's API, as pasted:"; cat .cache/control/fleet-testbed-router-curl.txt
+
+demo-fleet-down: venv
+	$(VENV)/bin/ansible-playbook -i inventory/fleet-testbed playbooks/teardown.yml
 
 clean:
 	rm -rf $(VENV) var

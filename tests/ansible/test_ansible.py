@@ -43,7 +43,10 @@ def render_example(repo: Path, folder: Path, *extra: str) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("inventory", ["inventory/example", "inventory/testbed", "inventory/fleet-example"])
+@pytest.mark.parametrize(
+    "inventory",
+    ["inventory/example", "inventory/testbed", "inventory/fleet-example", "inventory/fleet-testbed"],
+)
 @pytest.mark.parametrize(
     "playbook", ["site.yml", *(f"playbooks/{s}.yml" for s in [*STAGES, "testbed", "teardown", "uninstall"])]
 )

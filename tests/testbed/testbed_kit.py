@@ -52,6 +52,7 @@ def play(
     skip_tags: str = "",
     extravars: dict[str, Any] | None = None,
     check: bool = False,
+    inventory: str = "inventory/testbed",
 ) -> Run:
     import ansible_runner  # heavy; only the testbed needs it
 
@@ -61,7 +62,7 @@ def play(
         private_data_dir=str(tmp),
         project_dir=str(REPO),
         playbook=str(REPO / playbook),
-        inventory=str(REPO / "inventory/testbed"),
+        inventory=str(REPO / inventory),
         extravars=extravars or {},
         tags=tags or None,
         skip_tags=skip_tags or None,
