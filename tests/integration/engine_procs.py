@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -77,9 +78,19 @@ class ChildProcess:
             self.proc.send_signal(signum)
 
     def stop(self) -> None:
+        """SIGKILL the process and everything it started, as systemd's ``KillMode=control-group``
+        would: a tensorfold rank runs in its own session (``setsid``) and outlives its supervisor."""
         if self.proc.poll() is None:
+            try:
+                tree = psutil.Process(self.proc.pid).children(recursive=True)
+            except psutil.NoSuchProcess:
+                tree = []
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(timeout=30)
+            for child in tree:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    child.kill()
+            psutil.wait_procs(tree, timeout=30)
         self._out.close()
 
 
