@@ -1,7 +1,7 @@
 """The sparkfold_image role on this host against a fake ``docker`` and a TensorFold stand-in (a git
-repository made by the test, tagged v0.6.0): build once, re-run changes nothing, a failed build names
-the patch and leaves the previous image, a check run builds nothing, an unpinned tag is pinned and
-recorded on the control host, and a tag that moved stops the build in words."""
+repository made by the test, tagged v0.6.0): build once, re-run changes nothing, a check run builds
+nothing (a failed build, a rebuild and its rollback tag: test_image_rollback.py), an unpinned tag is
+pinned and recorded on the control host, and a tag that moved stops the build in words."""
 
 from __future__ import annotations
 
@@ -102,18 +102,6 @@ def test_build_once_then_converge(repo: Path, pair: Path) -> None:
     again = play(repo, pair)
     assert again.returncode == 0 and "changed=0" in recap(again), again.stdout
     assert f"{IMAGE} on h1: current" in again.stdout
-
-
-@pytest.mark.slow
-def test_failed_build_names_the_patch_and_keeps_the_previous_image(repo: Path, pair: Path) -> None:
-    assert play(repo, pair).returncode == 0
-    before = label(pair)
-    failed = play(repo, pair, "-e", '{"sparkfold_image_extras": ["av==18.1.0"]}', FAKE_BUILD_FAIL="1")
-    assert failed.returncode != 0
-    assert "previous image (if any) is unchanged" in failed.stdout
-    assert "patch 0007-window.patch does not apply" in failed.stdout
-    assert label(pair) == before
-    assert not (pair / "docker" / f"image-{IMAGE.replace(':', '_')}-building").exists()
 
 
 def builds_so_far(pair: Path) -> int:

@@ -1,5 +1,6 @@
-"""The image a build replaces stays under a rollback tag (``<name>-previous``); pruning superseded
-images is opt-in. The image role on this host against the fake ``docker`` (tests/ansible/fakes)."""
+"""A failed build leaves the image in use; the image a build replaces stays under a rollback tag
+(``<name>-previous``); pruning superseded images is opt-in. The image role on this host against the
+fake ``docker`` (tests/ansible/fakes)."""
 
 from __future__ import annotations
 
@@ -19,10 +20,21 @@ def previous(pair: Path) -> str | None:
 
 
 @pytest.mark.slow
-def test_a_rebuild_keeps_the_replaced_image_under_its_rollback_tag(repo: Path, pair: Path) -> None:
+def test_a_failed_build_keeps_the_image_and_a_rebuild_keeps_it_under_its_rollback_tag(
+    repo: Path, pair: Path
+) -> None:
+    """One pair through a build, a failed build, a rebuild, a re-run and an opt-in prune."""
     assert play(repo, pair).returncode == 0
     first = label(pair)
     assert previous(pair) is None  # nothing was replaced
+
+    failed = play(repo, pair, *EXTRAS, FAKE_BUILD_FAIL="1")
+    assert failed.returncode != 0
+    assert "previous image (if any) is unchanged" in failed.stdout
+    assert "patch 0007-window.patch does not apply" in failed.stdout
+    assert label(pair) == first and previous(pair) is None
+    assert not (pair / "docker" / f"image-{IMAGE.replace(':', '_')}-building").exists()
+
     rebuilt = play(repo, pair, *EXTRAS)
     assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr
     assert label(pair) not in (None, first)
@@ -32,15 +44,11 @@ def test_a_rebuild_keeps_the_replaced_image_under_its_rollback_tag(repo: Path, p
     assert previous(pair) == first
     assert "image prune" not in (pair / "docker/calls").read_text()  # pruning is opt-in
 
-
-@pytest.mark.slow
-def test_pruning_superseded_images_is_opt_in_and_keeps_the_rollback(repo: Path, pair: Path) -> None:
-    assert play(repo, pair).returncode == 0
     pruned = play(repo, pair, *EXTRAS, "-e", "sparkfold_image_prune_enabled=true")
     assert pruned.returncode == 0, pruned.stdout + pruned.stderr
     calls = (pair / "docker/calls").read_text()
     assert "image prune --force --filter label=org.sparkfold.tensorfold.series" in calls
-    assert previous(pair) is not None and label(pair) is not None
+    assert previous(pair) == first and label(pair) is not None
 
 
 DIGEST = "a" * 64
