@@ -1,13 +1,16 @@
 # sparkfold: the two commands a new user needs, plus the pieces they are made of.
 #   make demo   build everything needed and serve the demo model (see README)
-#   make test   lint (ruff, mypy) and run the whole test suite
+#   make test       lint and the lean suite: every test not marked slow/netns/testbed/fleet/gpu (minutes)
+#   make test-all   what CI runs (.ci/run): lint, then unit, ansible, integration and the pair testbed,
+#                   each phase timed (docs/testing.md has the budget)
+#   make test-fleet the fleet testbed (tests marked fleet); not in CI's run
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test lint unit demo demo-down demo-fleet demo-fleet-down clean gpu-run
+.PHONY: venv test test-all test-fleet lint unit demo demo-down demo-fleet demo-fleet-down clean gpu-run
 
 venv: $(STAMP)
 
@@ -25,11 +28,26 @@ lint: venv
 	$(VENV)/bin/ruff format --check runtime tests
 	$(VENV)/bin/mypy runtime
 
+# Each pytest runs under .ci/phase: timed, and its exit 5 (nothing collected) counts as passed.
+PYTEST := $(VENV)/bin/pytest
+PHASE := .ci/phase
+LEAN := not slow and not netns and not testbed and not fleet and not gpu
+
 test: lint
-	$(VENV)/bin/pytest tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
+	$(PHASE) lean $(PYTEST) tests -m "$(LEAN)"
+
+test-all: venv
+	$(PHASE) lint $(MAKE) --no-print-directory lint
+	$(PHASE) unit $(PYTEST) tests/unit
+	$(PHASE) ansible $(PYTEST) tests/ansible -m "not fleet"
+	$(PHASE) integration $(PYTEST) tests/integration -m "not fleet"
+	$(PHASE) testbed $(PYTEST) tests/testbed -m "not fleet"
+
+test-fleet: venv
+	$(PHASE) fleet $(PYTEST) tests -m fleet
 
 unit: venv
-	$(VENV)/bin/pytest tests/unit
+	$(PHASE) unit $(PYTEST) tests/unit
 
 # The two-node testbed (root; debootstrap + systemd-nspawn), provisioned by the same site.yml as a
 # real pair; the verify stage prints a curl line that works as pasted.
