@@ -14,6 +14,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sparkfold.api.errors import Unauthorized, error_response
 from sparkfold.api.keys import KeyStore, tenant_of
+from sparkfold.api.middleware.base import HttpMiddleware
 
 
 def presented_key(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
@@ -27,19 +28,16 @@ def presented_key(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
     return None
 
 
-class Auth:
+class Auth(HttpMiddleware):
     """Refuse requests without an accepted key while ``keys`` holds any (or ``required`` is set)."""
 
     def __init__(self, app: ASGIApp, *, keys: KeyStore, required: bool, open_paths: Iterable[str]) -> None:
-        self.app = app
+        super().__init__(app)
         self.keys = keys
         self.required = required
         self.open_paths = frozenset(open_paths)
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         if not self.required and len(self.keys) == 0:
             scope.setdefault("state", {})["trusted"] = True
             await self.app(scope, receive, send)

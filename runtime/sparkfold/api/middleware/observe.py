@@ -8,19 +8,17 @@ import time
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sparkfold.api.metrics import Metrics, route_label
+from sparkfold.api.middleware.base import HttpMiddleware
 
 log = logging.getLogger("sparkfold.api.access")
 
 
-class Observe:
+class Observe(HttpMiddleware):
     def __init__(self, app: ASGIApp, *, metrics: Metrics) -> None:
-        self.app = app
+        super().__init__(app)
         self.metrics = metrics
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         status = 0
         started = time.perf_counter()
 

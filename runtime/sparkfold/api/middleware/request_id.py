@@ -7,20 +7,16 @@ import time
 import uuid
 
 from starlette.datastructures import MutableHeaders
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
+
+from sparkfold.api.middleware.base import HttpMiddleware
 
 HEADER = "x-request-id"
 _SANE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
-class RequestId:
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+class RequestId(HttpMiddleware):
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         offered = ""
         for name, value in scope["headers"]:
             if name == HEADER.encode():

@@ -4,22 +4,17 @@ from __future__ import annotations
 
 import logging
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from sparkfold.api.errors import ApiError, error_response
+from sparkfold.api.middleware.base import HttpMiddleware
 from sparkfold.api.middleware.request_id import HEADER
 
 log = logging.getLogger(__name__)
 
 
-class ServerErrors:
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+class ServerErrors(HttpMiddleware):
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = False
 
         async def _send(message: Message) -> None:
