@@ -6,7 +6,7 @@ from typing import Any
 
 from sparkfold.api.anthropic.protocol import CountTokensRequest, MessagesRequest
 from sparkfold.api.anthropic.stream import anthropic_sse
-from sparkfold.api.anthropic.translate import chat_tools, from_chat, to_chat, to_chat_messages
+from sparkfold.api.anthropic.translate import from_chat, prompt_of, to_chat
 from sparkfold.api.context import CallContext
 from sparkfold.api.errors import ApiError, InvalidRequest
 from sparkfold.api.openai.serving import ChatServing, log_ignored, tokenizer_call
@@ -45,12 +45,10 @@ class MessagesServing:
 
     async def count_tokens(self, request: CountTokensRequest, call: CallContext) -> dict[str, Any] | ApiError:
         log_ignored(request, call)
-        messages = to_chat_messages(request)
-        if isinstance(messages, InvalidRequest):
-            return messages
-        tools = chat_tools(request)
-        if isinstance(tools, InvalidRequest):
-            return tools
+        prompt = prompt_of(request)
+        if isinstance(prompt, InvalidRequest):
+            return prompt
+        messages, tools = prompt
         body: dict[str, Any] = {"messages": messages}
         if tools and (request.tool_choice or {}).get("type") != "none":
             body["tools"] = tools  # the prompt shows them: they count

@@ -17,7 +17,7 @@ from sparkfold.api.anthropic.protocol import CountTokensRequest, MessagesRequest
 from sparkfold.api.errors import InvalidRequest, untranslatable
 from sparkfold.protocol import ChatCompletionRequest, new_id
 
-__all__ = ["STOP_REASONS", "chat_tools", "from_chat", "to_chat", "to_chat_messages"]
+__all__ = ["STOP_REASONS", "chat_tools", "from_chat", "prompt_of", "to_chat", "to_chat_messages"]
 
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
 _REFUSED = ("container", "mcp_servers")
@@ -175,6 +175,19 @@ def chat_tools(request: MessagesRequest | CountTokensRequest) -> list[dict[str, 
     return tools
 
 
+def prompt_of(
+    request: MessagesRequest | CountTokensRequest,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None] | InvalidRequest:
+    """The chat messages and tools of a Messages or count_tokens request: what the prompt shows."""
+    messages = to_chat_messages(request)
+    if isinstance(messages, InvalidRequest):
+        return messages
+    tools = chat_tools(request)
+    if isinstance(tools, InvalidRequest):
+        return tools
+    return messages, tools
+
+
 def _tool_choice(choice: dict[str, Any] | None) -> tuple[Any, bool | None] | InvalidRequest:
     if choice is None:
         return None, None
@@ -197,12 +210,10 @@ def to_chat(request: MessagesRequest) -> ChatCompletionRequest | InvalidRequest:
     for name in _REFUSED:
         if getattr(request, name) is not None:
             return InvalidRequest(f"{name} is not supported by this server; leave it out", param=name)
-    messages = to_chat_messages(request)
-    if isinstance(messages, InvalidRequest):
-        return messages
-    tools = chat_tools(request)
-    if isinstance(tools, InvalidRequest):
-        return tools
+    prompt = prompt_of(request)
+    if isinstance(prompt, InvalidRequest):
+        return prompt
+    messages, tools = prompt
     choice = _tool_choice(request.tool_choice)
     if isinstance(choice, InvalidRequest):
         return choice
