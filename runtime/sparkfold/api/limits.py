@@ -86,22 +86,11 @@ def check_media(messages: Sequence[Any], limits: MediaLimits) -> ClientError | N
             counts[media] += 1
             where = f"messages[{i}].content[{j}].{kind}"
             size = _data_url_bytes(_part_url(part, kind) or _part_url(part, f"{media}_url"))
-            if media == "image":
-                count_limit, size_limit, count_key, size_key = (
-                    limits.max_images,
-                    limits.max_image_bytes,
-                    "api.max_images",
-                    "api.max_image_mib",
-                )
-                noun = "images"
-            else:
-                count_limit, size_limit, count_key, size_key = (
-                    limits.max_videos,
-                    limits.max_video_bytes,
-                    "api.max_videos",
-                    "api.max_video_mib",
-                )
-                noun = "videos"
+            count_limit, size_limit = {
+                "image": (limits.max_images, limits.max_image_bytes),
+                "video": (limits.max_videos, limits.max_video_bytes),
+            }[media]
+            count_key, size_key, noun = f"api.max_{media}s", f"api.max_{media}_mib", f"{media}s"
             if counts[media] > count_limit:
                 return LimitExceeded(
                     f"too many {noun}: at most {count_limit} per request ({count_key}); "
