@@ -43,6 +43,7 @@ def recap(result: subprocess.CompletedProcess[str]) -> dict[str, int]:
 @pytest.mark.skipif(
     Path("/usr/sbin/netplan").exists(), reason="this host has netplan: the role writes its file"
 )
+@pytest.mark.slow
 def test_iproute2_addresses_both_rails_then_converges(repo: Path, node: Path) -> None:
     first = play(repo, node)
     assert first.returncode == 0, first.stdout + first.stderr

@@ -40,6 +40,7 @@ def digest(key: str) -> str:
     return "sha256:" + hashlib.sha256(key.encode()).hexdigest()
 
 
+@pytest.mark.slow
 def test_a_generated_key_never_shows_and_the_head_holds_its_digest(repo: Path, head: Path) -> None:
     first = run(repo, head)
     assert first.returncode == 0, first.stdout + first.stderr
@@ -63,6 +64,7 @@ def test_vault_keys_never_show_and_a_given_digest_is_kept(repo: Path, head: Path
     assert not (head / "control/credentials").exists()  # nothing generated
 
 
+@pytest.mark.slow
 def test_a_second_control_host_reuses_the_key_or_stops(repo: Path, head: Path) -> None:
     assert run(repo, head).returncode == 0
     installed = (head / "etc/api-keys").read_text()

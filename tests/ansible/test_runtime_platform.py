@@ -140,6 +140,7 @@ def wheelhouses(tmp_path: Path) -> dict[str, set[str]]:
     return {folder.name: {f.name for f in folder.iterdir()} for folder in deps.iterdir()}
 
 
+@pytest.mark.slow
 def test_nodes_of_another_platform_get_binary_wheels_for_theirs(
     repo: Path, tmp_path: Path, index: Path
 ) -> None:
@@ -288,6 +289,7 @@ def test_nodes_of_two_platforms_stop_naming_both(repo: Path, tmp_path: Path, ind
     assert not (tmp_path / "control" / "wheelhouse").exists()  # stopped before building anything
 
 
+@pytest.mark.slow
 def test_nodes_without_glibc_of_another_platform_stop_in_words(
     repo: Path, tmp_path: Path, index: Path
 ) -> None:

@@ -54,6 +54,7 @@ def recap(result: subprocess.CompletedProcess[str]) -> dict[str, int]:
     return {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", line)}
 
 
+@pytest.mark.slow
 def test_uninstall_removes_units_runtime_and_settings_and_keeps_the_weights(repo: Path, head: Path) -> None:
     result = uninstall(repo, head)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
@@ -70,6 +71,7 @@ anthropic_fields = {
 }
 
 
+@pytest.mark.slow
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 @given(body=fields_of(MessagesRequest, anthropic_fields))
 def test_messages_with_wrong_types_never_crash_the_translator(body: dict[str, Any]) -> None:
@@ -90,6 +92,7 @@ responses_fields = {
 }
 
 
+@pytest.mark.slow
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 @given(body=fields_of(ResponsesRequest, responses_fields))
 def test_responses_with_wrong_types_never_crash_the_translator(body: dict[str, Any]) -> None:

@@ -43,6 +43,7 @@ def chats(fake: ScriptedEngine) -> list[dict]:
     return [r for r in fake.requests if r["path"] == "/v1/chat/completions"]
 
 
+@pytest.mark.slow
 def test_decode_and_reuse_write_the_table_json_and_plots(
     engine: tuple[ScriptedEngine, str], tmp_path: Path
 ) -> None:
@@ -103,6 +104,7 @@ def test_a_run_cut_short_keeps_the_suites_it_finished(
     assert "## Decode" in (tmp_path / "bench.md").read_text()
 
 
+@pytest.mark.slow
 def test_compare_draws_two_saved_runs(engine: tuple[ScriptedEngine, str], tmp_path: Path) -> None:
     _, url = engine
     for name in ("a", "b"):
