@@ -2,74 +2,19 @@
 
 A call to a tool the request did not offer is turned into text (``<tool_call>{json}</tool_call>``
 appended to the content), so a client never receives a call it cannot dispatch. Arguments are
-coerced to the offered JSON schema's property types where that is unambiguous: ``"3"`` for an
-integer becomes ``3``, ``"true"`` for a boolean ``true``, a JSON string holding an array or an
-object for such a property is parsed; anything ambiguous (unions, unparseable text) is left as is.
+fitted to the offered JSON schema by :func:`sparkfold.glm.arguments.repair_arguments` (the one home
+of that rule): a value that fits is kept, one that does not is repaired where one repair makes it
+fit (``"3"`` for an integer becomes ``3``).
 """
 
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
+from sparkfold.glm.arguments import repair_arguments
+
 __all__ = ["Toolbox"]
-
-_TRUE, _FALSE = ("true", "True"), ("false", "False")
-
-
-def _coerce(value: Any, schema: Any) -> Any:
-    if not isinstance(schema, dict):
-        return value
-    kind = schema.get("type")
-    if not isinstance(kind, str):
-        return value
-    if isinstance(value, str):
-        text = value.strip()
-        if kind == "integer":
-            try:
-                return int(text)
-            except ValueError:
-                try:
-                    number = float(text)
-                except ValueError:
-                    return value
-                return int(number) if math.isfinite(number) and number.is_integer() else value
-        if kind == "number":
-            try:
-                number = float(text)
-            except ValueError:
-                return value
-            if not math.isfinite(number):
-                return value
-            return (
-                int(number) if number.is_integer() and "." not in text and "e" not in text.lower() else number
-            )
-        if kind == "boolean":
-            return True if text in _TRUE else False if text in _FALSE else value
-        if kind == "null" and text in ("null", "None", ""):
-            return None
-        if kind in ("array", "object"):
-            try:
-                parsed = json.loads(text)
-            except ValueError:
-                return value
-            if isinstance(parsed, list if kind == "array" else dict):
-                return _coerce(parsed, schema)
-            return value
-        return value
-    if kind == "string" and isinstance(value, int | float) and not isinstance(value, bool):
-        return json.dumps(value)
-    if kind == "object" and isinstance(value, dict):
-        properties = schema.get("properties")
-        if isinstance(properties, dict):
-            return {k: _coerce(v, properties.get(k)) for k, v in value.items()}
-        return value
-    if kind == "array" and isinstance(value, list):
-        return [_coerce(item, schema.get("items")) for item in value]
-    if kind == "integer" and isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
 
 
 class Toolbox:
@@ -109,8 +54,8 @@ class Toolbox:
         schema = self.schemas.get(name)
         if not isinstance(schema, dict):
             return text
-        coerced = _coerce(parsed, {**schema, "type": "object"})
-        return text if coerced == parsed else json.dumps(coerced, ensure_ascii=False)
+        repaired = repair_arguments(parsed, schema)
+        return text if repaired == parsed else json.dumps(repaired, ensure_ascii=False)
 
     @staticmethod
     def as_text(name: Any, arguments: Any) -> str:

@@ -4,47 +4,15 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from sparkfold.api.tools import Toolbox
 
-SCHEMA = {
-    "type": "object",
-    "properties": {
-        "n": {"type": "integer"},
-        "x": {"type": "number"},
-        "ok": {"type": "boolean"},
-        "tags": {"type": "array", "items": {"type": "integer"}},
-        "opts": {"type": "object", "properties": {"depth": {"type": "integer"}}},
-        "name": {"type": "string"},
-        "either": {"type": ["integer", "string"]},
-        "nothing": {"type": "null"},
-    },
-}
+SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}, "name": {"type": "string"}}}
 BOX = Toolbox([{"type": "function", "function": {"name": "f", "parameters": SCHEMA}}])
 
 
-@pytest.mark.parametrize(
-    ("given", "typed"),
-    [
-        ({"n": "3"}, {"n": 3}),
-        ({"n": "3.0"}, {"n": 3}),
-        ({"n": 4.0}, {"n": 4}),
-        ({"n": "three"}, {"n": "three"}),
-        ({"x": "2.5"}, {"x": 2.5}),
-        ({"x": "nan"}, {"x": "nan"}),
-        ({"ok": "true"}, {"ok": True}),
-        ({"ok": "yes"}, {"ok": "yes"}),
-        ({"tags": '[1, "2"]'}, {"tags": [1, 2]}),
-        ({"opts": '{"depth": "5"}'}, {"opts": {"depth": 5}}),
-        ({"name": 7}, {"name": "7"}),
-        ({"either": "7"}, {"either": "7"}),  # a union is ambiguous: left alone
-        ({"nothing": "null"}, {"nothing": None}),
-        ({"unknown": "1"}, {"unknown": "1"}),
-    ],
-)
-def test_arguments_are_typed_by_the_schema(given: dict[str, object], typed: dict[str, object]) -> None:
-    assert json.loads(BOX.typed_arguments("f", json.dumps(given))) == typed
+def test_arguments_are_fitted_to_the_schema() -> None:  # the rule itself: tests/unit/glm/test_arguments.py
+    assert json.loads(BOX.typed_arguments("f", '{"n": "3", "name": 7}')) == {"n": 3, "name": "7"}
+    assert BOX.typed_arguments("f", '{"n": 3}') == '{"n": 3}'  # nothing to repair: the engine's own text
 
 
 def test_arguments_that_are_not_an_object_are_left_alone() -> None:
