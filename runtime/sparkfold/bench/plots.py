@@ -42,6 +42,22 @@ def _title(runs: list[Run], what: str) -> str:
     return f"{what}: {', '.join(models)}"
 
 
+def _finish(
+    plt: Any, fig: Any, axes: Any, ylabels: tuple[str, ...], xlabel: str, title: str, path: Path
+) -> None:
+    """Label the panels (y from 0, light grid, the legend in the first), title, write, close."""
+    for ax, ylabel in zip(axes, ylabels, strict=True):
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize="small")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def _decode(plt: Any, runs: list[Run], path: Path) -> None:
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
     for colour, (label, result) in enumerate(runs):
@@ -61,18 +77,8 @@ def _decode(plt: Any, runs: list[Run], path: Path) -> None:
                 capsize=3,
                 **style,
             )
-    for ax, ylabel in zip(
-        axes, ("aggregate tok/s", "per-request tok/s", "TTFT ms (p50, bar to p90)"), strict=True
-    ):
-        ax.set_xlabel("concurrent requests")
-        ax.set_ylabel(ylabel)
-        ax.set_ylim(bottom=0)
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize="small")
-    fig.suptitle(_title(runs, "Decode"))
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    ylabels = ("aggregate tok/s", "per-request tok/s", "TTFT ms (p50, bar to p90)")
+    _finish(plt, fig, axes, ylabels, "concurrent requests", _title(runs, "Decode"), path)
 
 
 def _prefill(plt: Any, runs: list[Run], path: Path) -> None:
@@ -83,17 +89,9 @@ def _prefill(plt: Any, runs: list[Run], path: Path) -> None:
         style = dict(color=f"C{colour}", marker="o", label=label)
         axes[0].plot(xs, [r["tok_s"] for r in rows], **style)
         axes[1].plot(xs, [r["ttft_s"] for r in rows], **style)
-    for ax, ylabel in zip(axes, ("prefill tok/s", "TTFT s"), strict=True):
+    for ax in axes:
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("prompt tokens")
-        ax.set_ylabel(ylabel)
-        ax.set_ylim(bottom=0)
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize="small")
-    fig.suptitle(_title(runs, "Prefill"))
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _finish(plt, fig, axes, ("prefill tok/s", "TTFT s"), "prompt tokens", _title(runs, "Prefill"), path)
 
 
 def _reuse(plt: Any, runs: list[Run], path: Path) -> None:

@@ -52,26 +52,31 @@ def _decode(suite: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _table(left: list[str], right: list[str], rows: list[list[str]]) -> list[str]:
+    """A markdown table: the ``left`` columns left-aligned, then the ``right`` ones right-aligned."""
+    aligns = ["---"] * len(left) + ["---:"] * len(right)
+    return ["| " + " | ".join(cells) + " |" for cells in (left + right, aligns, *rows)]
+
+
 def _prefill(suite: dict[str, Any]) -> list[str]:
-    lines = ["| Prompt tokens | Prefill tok/s | TTFT |", "| ---: | ---: | ---: |"]
-    for row in suite["rows"]:
+    def cells(row: dict[str, Any]) -> list[str]:
         tokens = f"{row.get('prompt_tokens') or row['target_tokens']:,}"
         if "tok_s" in row:
-            lines.append(f"| {tokens} | {_num(row['tok_s'])} | {_s(row['ttft_s'])} |")
-        else:
-            lines.append(f"| {tokens} | {row.get('skipped') or 'error: ' + str(row.get('error'))} | – |")
-    return lines
+            return [tokens, _num(row["tok_s"]), _s(row["ttft_s"])]
+        return [tokens, row.get("skipped") or f"error: {row.get('error')}", "–"]
+
+    return _table([], ["Prompt tokens", "Prefill tok/s", "TTFT"], [cells(row) for row in suite["rows"]])
 
 
 def _reuse(suite: dict[str, Any]) -> list[str]:
-    lines = ["| Prompt | First | Next | Cached tokens |", "| --- | ---: | ---: | ---: |"]
-    for row in suite["rows"]:
-        if "first_s" in row:
-            cached = "–" if row.get("cached_tokens") is None else f"{row['cached_tokens']:,}"
-            lines.append(f"| {row['prompt']} | {_s(row['first_s'])} | {_s(row['next_s'])} | {cached} |")
-        else:
-            lines.append(f"| {row['prompt']} | error: {row.get('error')} | – | – |")
-    return lines
+    def cells(row: dict[str, Any]) -> list[str]:
+        if "first_s" not in row:
+            return [row["prompt"], f"error: {row.get('error')}", "–", "–"]
+        cached = "–" if row.get("cached_tokens") is None else f"{row['cached_tokens']:,}"
+        return [row["prompt"], _s(row["first_s"]), _s(row["next_s"]), cached]
+
+    head = ["First", "Next", "Cached tokens"]
+    return _table(["Prompt"], head, [cells(row) for row in suite["rows"]])
 
 
 def _exact(suite: dict[str, Any]) -> list[str]:

@@ -14,22 +14,25 @@ from sparkfold.config import DEFAULT_CONFIG_PATH, ConfigError, Settings, load
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def config_option(func: F) -> F:
-    """``--config FILE`` (env ``SPARKFOLD_CONFIG``), loaded and validated into ``settings``."""
-
-    def _load(ctx: click.Context, param: click.Parameter, value: str) -> Settings:
-        return load_settings(value)
-
+def _file_option(dest: str, default: Path, envvar: str, help: str, load: Callable[[str], Any]) -> Any:
+    """``--config FILE`` (env ``envvar``), handed on as ``dest`` = ``load(path)``."""
     return click.option(
         "--config",
-        "settings",
+        dest,
         metavar="FILE",
-        default=str(DEFAULT_CONFIG_PATH),
+        default=str(default),
         show_default=True,
-        envvar="SPARKFOLD_CONFIG",
-        callback=_load,
-        help="The node's sparkfold.toml.",
-    )(func)
+        envvar=envvar,
+        callback=lambda ctx, param, value: load(value),
+        help=help,
+    )
+
+
+def config_option(func: F) -> F:
+    """``--config FILE`` (env ``SPARKFOLD_CONFIG``), loaded and validated into ``settings``."""
+    return _file_option(
+        "settings", DEFAULT_CONFIG_PATH, "SPARKFOLD_CONFIG", "The node's sparkfold.toml.", load_settings
+    )(func)  # type: ignore[no-any-return]
 
 
 def fleet_option(func: F) -> F:
@@ -37,22 +40,39 @@ def fleet_option(func: F) -> F:
     handed on as ``fleet`` = (settings, path)."""
     from sparkfold.fleet.settings import DEFAULT_FLEET_PATH, load_fleet
 
-    def _load(ctx: click.Context, param: click.Parameter, value: str) -> tuple[Any, Path]:
+    def _load(value: str) -> tuple[Any, Path]:
         try:
             return load_fleet(value), Path(value)
         except ConfigError as exc:
             raise click.ClickException(str(exc)) from None
 
+    return _file_option(
+        "fleet", DEFAULT_FLEET_PATH, "SPARKFOLD_FLEET_CONFIG", "The router host's fleet.toml.", _load
+    )(func)  # type: ignore[no-any-return]
+
+
+def bounded_option(
+    flag: str,
+    default: float | None,
+    low: float,
+    high: float | None,
+    help: str,
+    *,
+    metavar: str = "N",
+    dest: str | None = None,
+) -> Callable[[F], F]:
+    """A number option between ``low`` and ``high`` (whole numbers when ``low`` and the default
+    are ints); its default shown in ``--help`` unless it is ``None``."""
+    whole = isinstance(low, int) and not isinstance(default, float)
+    kind = (
+        click.IntRange(int(low), None if high is None else int(high))
+        if whole
+        else click.FloatRange(low, high)
+    )
+    names = [flag, dest] if dest else [flag]
     return click.option(
-        "--config",
-        "fleet",
-        metavar="FILE",
-        default=str(DEFAULT_FLEET_PATH),
-        show_default=True,
-        envvar="SPARKFOLD_FLEET_CONFIG",
-        callback=_load,
-        help="The router host's fleet.toml.",
-    )(func)
+        *names, metavar=metavar, type=kind, default=default, show_default=default is not None, help=help
+    )
 
 
 def sysfs_option(func: F) -> F:

@@ -9,7 +9,7 @@ from typing import Any
 import click
 import httpx
 
-from sparkfold.commands._options import echo_json, json_option
+from sparkfold.commands._options import bounded_option, echo_json, json_option
 
 _K = {"k": 1_024, "m": 1_048_576}
 
@@ -88,22 +88,8 @@ def _plot(runs: list[tuple[str, dict[str, Any]]], out: Path, prefix: str = "") -
     callback=_levels,
     help="decode: streams open at once, one level after the other.",
 )
-@click.option(
-    "--rounds",
-    metavar="N",
-    default=2,
-    show_default=True,
-    type=click.IntRange(1, 100),
-    help="decode: requests per stream and level (level × N requests).",
-)
-@click.option(
-    "--max-tokens",
-    metavar="N",
-    default=256,
-    show_default=True,
-    type=click.IntRange(1, 1 << 20),
-    help="decode: reply budget per request.",
-)
+@bounded_option("--rounds", 2, 1, 100, "decode: requests per stream and level (level × N requests).")
+@bounded_option("--max-tokens", 256, 1, 1 << 20, "decode: reply budget per request.")
 @click.option(
     "--prefill-lengths",
     metavar="N[,N…]",
@@ -111,45 +97,26 @@ def _plot(runs: list[tuple[str, dict[str, Any]]], out: Path, prefix: str = "") -
     callback=_lengths,
     help="prefill: prompt lengths in tokens (8k, 32k, …) [default: 8k doubling up to the window].",
 )
-@click.option(
+@bounded_option(
     "--window",
+    None,
+    64,
+    1 << 24,
+    "The context window [default: the endpoint's max_model_len, else 32k].",
     metavar="TOKENS",
-    default=None,
-    type=click.IntRange(64, 1 << 24),
-    help="The context window [default: the endpoint's max_model_len, else 32k].",
 )
-@click.option(
-    "--reuse-tokens",
-    metavar="N",
-    default=65_536,
-    show_default=True,
-    type=click.IntRange(16, 1 << 24),
-    help="reuse: the long prompt sent twice (capped by the window).",
+@bounded_option(
+    "--reuse-tokens", 65_536, 16, 1 << 24, "reuse: the long prompt sent twice (capped by the window)."
 )
-@click.option(
+@bounded_option(
     "--system-tokens",
-    metavar="N",
-    default=7_900,
-    show_default=True,
-    type=click.IntRange(16, 1 << 24),
-    help="reuse: the system prompt two conversations share (capped at half the window).",
+    7_900,
+    16,
+    1 << 24,
+    "reuse: the system prompt two conversations share (capped at half the window).",
 )
-@click.option(
-    "--exact-requests",
-    metavar="N",
-    default=4,
-    show_default=True,
-    type=click.IntRange(2, 64),
-    help="exact: replies compared, serial against concurrent.",
-)
-@click.option(
-    "--max-seconds",
-    metavar="S",
-    default=900.0,
-    show_default=True,
-    type=click.FloatRange(1, 86_400),
-    help="Time limit per phase (and per request).",
-)
+@bounded_option("--exact-requests", 4, 2, 64, "exact: replies compared, serial against concurrent.")
+@bounded_option("--max-seconds", 900.0, 1, 86_400, "Time limit per phase (and per request).", metavar="S")
 @click.option("--model", metavar="ID", default=None, help="Model id (default: the first listed).")
 @click.option(
     "--api-key",

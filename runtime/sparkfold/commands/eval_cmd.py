@@ -9,7 +9,7 @@ from typing import Any
 import click
 import httpx
 
-from sparkfold.commands._options import echo_json, json_option
+from sparkfold.commands._options import bounded_option, echo_json, json_option
 
 SUITES = ("humaneval", "gsm8k", "humaneval+", "mbpp+")
 # the reference recipe's settings: GSM8K and HumanEval thinking off, HumanEval+ / MBPP+ thinking on
@@ -79,20 +79,13 @@ def _harness(
     callback=_suites,
     help="humaneval (offline, bundled), gsm8k (lm-eval), humaneval+ and mbpp+ (EvalPlus).",
 )
-@click.option(
-    "--limit",
-    metavar="N",
-    type=click.IntRange(1, None),
-    default=None,
-    help="Only the first N problems (CI: a handful).",
-)
-@click.option(
+@bounded_option("--limit", None, 1, None, "Only the first N problems (CI: a handful).")
+@bounded_option(
     "--max-tokens",
-    metavar="N",
-    type=click.IntRange(16, 1 << 20),
-    default=16_384,
-    show_default=True,
-    help="Reply budget: leave room for the thinking, or the answer never comes.",
+    16_384,
+    16,
+    1 << 20,
+    "Reply budget: leave room for the thinking, or the answer never comes.",
 )
 @click.option(
     "--thinking",
@@ -101,21 +94,9 @@ def _harness(
     show_default=True,
     help="recipe: off for humaneval and gsm8k, on for humaneval+ and mbpp+.",
 )
-@click.option(
-    "--concurrency",
-    metavar="N",
-    type=click.IntRange(1, 64),
-    default=4,
-    show_default=True,
-    help="Requests in flight.",
-)
-@click.option(
-    "--test-timeout",
-    metavar="S",
-    type=click.FloatRange(0.5, 600),
-    default=10.0,
-    show_default=True,
-    help="humaneval: time limit of one problem's tests.",
+@bounded_option("--concurrency", 4, 1, 64, "Requests in flight.")
+@bounded_option(
+    "--test-timeout", 10.0, 0.5, 600, "humaneval: time limit of one problem's tests.", metavar="S"
 )
 @click.option("--model", metavar="ID", default=None, help="Model id (default: the first listed).")
 @click.option("--api-key", metavar="KEY", envvar="SPARKFOLD_API_KEY", default=None, help="Bearer key.")
