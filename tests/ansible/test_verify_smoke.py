@@ -12,6 +12,7 @@ and replies as GLM does: thinking on (the default) spends the whole budget on re
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -91,11 +92,9 @@ def gateway() -> Iterator[ThreadingHTTPServer]:
     thread.join(timeout=10)
 
 
-def test_the_smoke_request_gets_an_answer_from_a_thinking_engine(
-    repo: Path, tmp_path: Path, gateway: ThreadingHTTPServer
-) -> None:
+def verify(repo: Path, folder: Path, gateway: ThreadingHTTPServer) -> subprocess.CompletedProcess[str]:
     hosts = write_inventory(
-        tmp_path,
+        folder,
         ansible_host="127.0.0.1",
         sparkfold_api_port=gateway.server_address[1],
         sparkfold_api_keys=[KEY],
@@ -103,10 +102,26 @@ def test_the_smoke_request_gets_an_answer_from_a_thinking_engine(
         sparkfold_verify_timeout_s=10,
         sparkfold_verify_poll_s=1,
     )
+    return ansible(repo, "ansible-playbook", "-i", str(hosts), "playbooks/verify.yml")
+
+
+def test_the_smoke_request_gets_an_answer_from_a_thinking_engine(
+    repo: Path, tmp_path: Path, gateway: ThreadingHTTPServer
+) -> None:
     (tmp_path / "control").mkdir()  # an earlier stage made it
-    result = ansible(repo, "ansible-playbook", "-i", str(hosts), "playbooks/verify.yml")
+    result = verify(repo, tmp_path, gateway)
     assert result.returncode == 0, result.stdout + result.stderr
     (request,) = _ThinkingGateway.requests
     assert request["max_tokens"] == 16  # the smoke's budget is unchanged: thinking is what goes
     assert _ThinkingGateway.thinking == [False]
     assert KEY not in result.stdout + result.stderr
+
+
+def test_verify_runs_alone_from_a_control_host_no_other_stage_ran_on(
+    repo: Path, tmp_path: Path, gateway: ThreadingHTTPServer
+) -> None:
+    result = verify(repo, tmp_path, gateway)  # no control folder yet: the key is the vault's
+    assert result.returncode == 0, result.stdout + result.stderr
+    curl = (tmp_path / f"control/{tmp_path.name}-curl.txt").read_text()
+    assert curl.startswith(f"curl http://127.0.0.1:{gateway.server_address[1]}/v1/chat/completions")
+    assert KEY not in curl
