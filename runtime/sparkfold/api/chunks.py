@@ -44,19 +44,23 @@ Event = bytes | dict[str, Any]
 
 # One character of a JSON string, as UTF-8 (RFC 3629: no surrogates, no overlong forms): what
 # the typed parse's json.loads would decode. Raw control characters, '"' and '\\' are not one.
-_CHAR = (
-    rb"(?:[\x20\x21\x23-\x5b\x5d-\x7f]|[\xc2-\xdf][\x80-\xbf]|\xe0[\xa0-\xbf][\x80-\xbf]"
+_CHAR = (  # a run of ASCII first: one step per run, not per character
+    rb"(?:[\x20\x21\x23-\x5b\x5d-\x7f]++|[\xc2-\xdf][\x80-\xbf]|\xe0[\xa0-\xbf][\x80-\xbf]"
     rb"|[\xe1-\xec\xee\xef][\x80-\xbf]{2}|\xed[\x80-\x9f][\x80-\xbf]|\xf0[\x90-\xbf][\x80-\xbf]{2}"
     rb"|[\xf1-\xf3][\x80-\xbf]{3}|\xf4[\x80-\x8f][\x80-\xbf]{2})"
 )
 _ESCAPE = rb'\\["\\/bfnrt]|\\u(?![dD][89abAB])[0-9a-fA-F]{4}'  # \\u escapes of surrogates: the typed parse's
-_STRING = rb'"(?:' + _CHAR + rb"|" + _ESCAPE + rb')*"'
-_NAME = rb'"' + _CHAR + rb'*"'
+_STRING = rb'"(?:' + _CHAR + rb"|" + _ESCAPE + rb')*+"'
+_NAME = rb'"' + _CHAR + rb'*+"'
 _FAST = re.compile(
     rb'\{"id":(' + _NAME + rb'),"object":"(?:(chat\.completion\.chunk)|text_completion)",'
     rb'"created":(0|[1-9][0-9]{0,14}),"model":(' + _NAME + rb'),"choices":\[\{"index":0,'
     rb'(?:"delta":\{"(content|reasoning_content)":(' + _STRING + rb')\}|"text":(' + _STRING + rb"))\}\]\}"
 )
+
+
+_STRING_ONLY = re.compile(_STRING)
+_TAIL = {b"content": b"}}]}", b"reasoning_content": b"}}]}", b"text": b"}]}"}
 
 
 def fast_chunk(payload: bytes, model: ChunkModel) -> tuple[Event, bool, re.Match[bytes]] | None:
@@ -65,13 +69,20 @@ def fast_chunk(payload: bytes, model: ChunkModel) -> tuple[Event, bool, re.Match
     found = _FAST.fullmatch(payload)
     if found is None:
         return None
-    chat, field, delta_text, text = found.group(2, 5, 6, 7)
-    if (chat is not None) != (model is ChatCompletionChunk) or (delta_text is None) != (chat is None):
+    chat, field = found.group(2, 5)
+    if (chat is not None) != (model is ChatCompletionChunk):
         return None  # a chat chunk on a completions stream (or the reverse): the typed parse refuses it
-    if field == b"reasoning_content":  # the alias goes beside it: the same string, so no parse
-        at = found.end(6)
-        return payload[:at] + b',"reasoning":' + delta_text + payload[at:], delta_text != b'""', found
-    return payload, (delta_text or text) != b'""', found
+    start, end = found.span(6) if chat is not None else found.span(7)
+    event, has_text = _token_event(payload, field or b"text", start, end)
+    return event, has_text, found
+
+
+def _token_event(payload: bytes, field: bytes, start: int, end: int) -> tuple[Event, bool]:
+    """A one-token payload whose text (a JSON string) spans ``start:end``: passed on as it is,
+    a reasoning delta with its alias spliced in beside it (the same string, so no parse)."""
+    if field == b"reasoning_content":
+        return payload[:end] + b',"reasoning":' + payload[start:end] + payload[end:], end - start > 2
+    return payload, end - start > 2
 
 
 def _fast_head(found: re.Match[bytes]) -> dict[str, Any]:
@@ -107,6 +118,8 @@ class ChunkReader:
         self._model = model
         self._on_text = on_text
         self._fast = fast
+        self._prefixes: list[tuple[bytes, bytes]] = []
+        """Per text field, the bytes before the text of a chunk the full fast path took."""
         self._first = True
         self._pending: dict[int, _PendingCall] = {}
         self._calls_sent = 0
@@ -119,15 +132,27 @@ class ChunkReader:
     def read(self, payload: bytes) -> list[Event]:
         """The chat events one payload becomes (none, one, or several)."""
         if self._fast:
+            for field, prefix in self._prefixes:  # the stream's own head, matched before: only the text
+                if payload.startswith(prefix):
+                    start, end = len(prefix), len(payload) - len(_TAIL[field])
+                    if payload.endswith(_TAIL[field]) and _STRING_ONLY.fullmatch(payload, start, end):
+                        return self._token(*_token_event(payload, field, start, end))
+                    break
             fast = fast_chunk(payload, self._model)
             if fast is not None:
                 event, has_text, found = fast
                 if not self.head:
                     self.head = _fast_head(found)
-                if has_text:
-                    self._text_seen()
-                return [event]
+                field = found.group(5) or b"text"
+                if len(self._prefixes) < len(_TAIL) and field not in dict(self._prefixes):
+                    self._prefixes.append((field, payload[: found.start(6 if field != b"text" else 7)]))
+                return self._token(event, has_text)
         return self._typed(payload)
+
+    def _token(self, event: Event, has_text: bool) -> list[Event]:
+        if has_text:
+            self._text_seen()
+        return [event]
 
     def _text_seen(self) -> None:
         if self._first:

@@ -85,7 +85,8 @@ def encoded(chunk: dict[str, Any], compact: bool, ascii_only: bool) -> bytes:
 
 @st.composite
 def mutated(draw: st.DrawFn, payload: bytes) -> bytes:
-    at = draw(st.integers(0, len(payload)))
+    ends = st.integers(0, min(6, len(payload))) | st.integers(max(0, len(payload) - 6), len(payload))
+    at = draw(st.integers(0, len(payload)) | ends)  # the edges too: a chunk's head and its closing
     byte = draw(
         st.sampled_from([b'"', b"\\", b"0", b"{", b"}", b",", b":", b" ", b"x", b"\x80", b"\xff", b"\n"])
     )
@@ -109,6 +110,19 @@ generated = st.builds(encoded, chunk_dicts(), st.booleans(), st.booleans())
 payloads = (fast_shaped | generated).flatmap(lambda p: st.just(p) | mutated(p))
 
 
+@st.composite
+def one_head(draw: st.DrawFn) -> list[bytes]:
+    """A stream's tokens under one head (the reader then matches only their text), some mutated."""
+    head = {"ident": draw(st.just("chatcmpl-1") | texts), "created": draw(st.integers(0, 9)), "model": "m"}
+    fields = st.sampled_from(["content", "reasoning_content", "text"])
+    tokens = draw(st.lists(st.tuples(fields, texts), min_size=2, max_size=6))
+    stream = [ours(field, text, **head) for field, text in tokens]
+    return [draw(st.just(p) | mutated(p)) for p in stream]
+
+
+streams = st.lists(payloads, min_size=1, max_size=4) | one_head()
+
+
 def normal(events: list[bytes | dict[str, Any]]) -> list[Any]:
     return [json.loads(event) if isinstance(event, bytes) else event for event in events]
 
@@ -130,7 +144,7 @@ def both(payloads: list[bytes], model: ChunkModel) -> Iterator[tuple[Any, Any]]:
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(payloads, min_size=1, max_size=4), st.sampled_from([ChatCompletionChunk, Completion]))
+@given(streams, st.sampled_from([ChatCompletionChunk, Completion]))
 @example(
     [
         ours("content", "01"),
