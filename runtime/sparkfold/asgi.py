@@ -248,18 +248,14 @@ async def unless_disconnected(work: Awaitable[T], receive: Receive) -> T | None:
 
 
 class StreamResponse(Response):
-    """A starlette ``Response`` around :class:`SSEResponse` (so frameworks pass it through)."""
+    """A starlette ``Response`` around :class:`SSEResponse` (so frameworks pass it through); a bare
+    :class:`EventStream` gets the default headers and no pacing."""
 
     media_type = "text/event-stream"
 
-    def __init__(
-        self,
-        stream: EventStream,
-        headers: Sequence[tuple[bytes, bytes]] = SSE_HEADERS,
-        pacing: Pacing | None = None,
-    ) -> None:
+    def __init__(self, sse: SSEResponse | EventStream) -> None:
         super().__init__(status_code=200)
-        self._sse = SSEResponse(stream, headers, pacing)
+        self._sse = sse if isinstance(sse, SSEResponse) else SSEResponse(sse)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self._sse(scope, receive, send)

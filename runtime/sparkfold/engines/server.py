@@ -26,7 +26,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException
 
-from sparkfold.asgi import SSE_HEADERS, DirectRoutes, EventStream, Pacing, StreamResponse
+from sparkfold.asgi import SSE_HEADERS, DirectRoutes, EventStream, Pacing, SSEResponse, StreamResponse
 from sparkfold.engines.generator import CapacityError, EngineFailure
 from sparkfold.engines.output import OutputParser
 from sparkfold.engines.serving import ApiError, EngineService, Outcome, Prepared
@@ -67,7 +67,7 @@ SEND_TIMEOUT_S = 60.0
 
 def _stream(events: AsyncIterator[bytes], pacing: Pacing) -> StreamResponse:
     """SSE that stops the generation when the client leaves (closing ``events`` cancels it)."""
-    return StreamResponse(EventStream(events), _STREAM_HEADERS, pacing)
+    return StreamResponse(SSEResponse(EventStream(events), _STREAM_HEADERS, pacing))
 
 
 def _error(error: ApiError) -> JSONResponse:
