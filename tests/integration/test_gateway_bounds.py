@@ -23,13 +23,6 @@ WAIT_S = 20  # the longest any single read below may block
 
 
 @pytest.fixture
-def engine() -> Iterator[tuple[ScriptedEngine, ServerThread]]:
-    fake = ScriptedEngine()
-    with ServerThread(fake) as server:
-        yield fake, server
-
-
-@pytest.fixture
 def start_gateway(
     tmp_path: Path, engine: tuple[ScriptedEngine, ServerThread]
 ) -> Iterator[Callable[..., tuple[str, int, subprocess.Popen[bytes]]]]:

@@ -14,13 +14,6 @@ from sparkfold.api import create_app
 
 
 @pytest.fixture
-def engine() -> Iterator[tuple[ScriptedEngine, ServerThread]]:
-    fake = ScriptedEngine()
-    with ServerThread(fake) as server:
-        yield fake, server
-
-
-@pytest.fixture
 def start_gateway(engine: tuple[ScriptedEngine, ServerThread]) -> Iterator[Callable[..., Running]]:
     _, engine_server = engine
     with ExitStack() as stack:
