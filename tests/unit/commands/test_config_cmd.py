@@ -5,9 +5,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 
 from sparkfold.cli import main
+
+
+def check(folder: Path, text: str, *options: str, name: str = "head.toml") -> Result:
+    """``sparkfold config check [options] FILE`` on ``text`` written to ``folder/name``."""
+    config = folder / name
+    config.write_text(text)
+    return CliRunner().invoke(main, ["config", "check", *options, str(config)])
 
 
 def test_check_ok(repo: Path) -> None:
@@ -22,9 +29,7 @@ def test_check_json(repo: Path) -> None:
 
 
 def test_check_names_the_key_and_exits_1(tmp_path: Path) -> None:
-    bad = tmp_path / "bad.toml"
-    bad.write_text('[engine]\nmodel = "m"\nport = "eighty"\n')
-    result = CliRunner().invoke(main, ["config", "check", str(bad)])
+    result = check(tmp_path, '[engine]\nmodel = "m"\nport = "eighty"\n')
     assert result.exit_code == 1
     assert "engine.port: Input should be a valid integer" in result.output
     assert "Traceback" not in result.output
@@ -41,21 +46,16 @@ def test_help_lists_commands() -> None:
 
 
 def test_check_refuses_more_gateway_lanes_than_the_engine_has(tmp_path: Path) -> None:
-    config = tmp_path / "head.toml"
-    config.write_text('[engine]\nmodel = "m"\nparallel = 2\n[api]\nparallel = 4\n')
-    result = CliRunner().invoke(main, ["config", "check", str(config)])
+    result = check(tmp_path, '[engine]\nmodel = "m"\nparallel = 2\n[api]\nparallel = 4\n')
     assert result.exit_code == 1
     assert "api.parallel (4) must not exceed engine.parallel (2)" in result.output
 
 
 def test_the_gateways_lanes_default_to_the_engines(tmp_path: Path) -> None:
-    config = tmp_path / "head.toml"
-    config.write_text('[engine]\nmodel = "m"\nparallel = 2\n')
-    result = CliRunner().invoke(main, ["config", "check", "--json", str(config)])
+    result = check(tmp_path, '[engine]\nmodel = "m"\nparallel = 2\n', "--json")
     assert result.exit_code == 0, result.output
-    worker = tmp_path / "worker.toml"  # the worker runs no gateway: its [api] is not checked
-    worker.write_text(
+    worker = (  # the worker runs no gateway: its [api] is not checked
         '[node]\nrank = 1\n[engine]\nmodel = "m"\nparallel = 1\ntp = 2\n'
         '[fabric]\naddress = "198.51.100.1"\npeer = "198.51.100.2"\n[api]\nparallel = 4\n'
     )
-    assert CliRunner().invoke(main, ["config", "check", str(worker)]).exit_code == 0
+    assert check(tmp_path, worker, name="worker.toml").exit_code == 0
