@@ -16,7 +16,17 @@ from sparkfold.api.responses.translate import call_item, message_item, reasoning
 from sparkfold.protocol import new_id
 from sparkfold.sse import KEEPALIVE_COMMENT, named_event
 
+DELTA_EVENTS = {"reasoning": "response.reasoning_text.delta", "message": "response.output_text.delta"}
+
 __all__ = ["responses_sse"]
+
+
+def _new_reasoning() -> dict[str, Any]:
+    return {"type": "reasoning", "id": new_id("rs"), "summary": []}
+
+
+def _new_message() -> dict[str, Any]:
+    return message_item(new_id("msg"), "", status="in_progress")
 
 
 class _Emitter:
@@ -110,6 +120,15 @@ async def responses_sse(
             )
         return out
 
+    def add_text(kind: str, opened: Callable[[], dict[str, Any]], text: str) -> list[bytes]:
+        """``text`` onto the open item of ``kind`` (a new one, ``opened()``, closes any other); its delta."""
+        out = [] if current is not None and current.kind == kind else open_item(kind, opened())
+        assert current is not None
+        current.text += text
+        where = {"item_id": current.item["id"], "output_index": current.index, "content_index": 0}
+        out.append(emit(DELTA_EVENTS[kind], {**where, "delta": text}))
+        return out
+
     async for event in each_event(batches):
         if event is None:
             yield KEEPALIVE_COMMENT
@@ -129,39 +148,14 @@ async def responses_sse(
             usage = chunk["usage"]
         for choice, delta in choices_of(chunk):
             if is_text(delta.get("reasoning_content")):
-                if current is None or current.kind != "reasoning":
-                    for out in open_item(
-                        "reasoning", {"type": "reasoning", "id": new_id("rs"), "summary": []}
-                    ):
-                        yield out
+                for out in add_text("reasoning", _new_reasoning, delta["reasoning_content"]):
+                    yield out
                 assert current is not None
-                current.text += delta["reasoning_content"]
                 reply["reasoning_content"] = current.text
-                yield emit(
-                    "response.reasoning_text.delta",
-                    {
-                        "item_id": current.item["id"],
-                        "output_index": current.index,
-                        "content_index": 0,
-                        "delta": delta["reasoning_content"],
-                    },
-                )
             if is_text(delta.get("content")):
-                if current is None or current.kind != "message":
-                    for out in open_item("message", message_item(new_id("msg"), "", status="in_progress")):
-                        yield out
-                assert current is not None
-                current.text += delta["content"]
+                for out in add_text("message", _new_message, delta["content"]):
+                    yield out
                 reply["content"] += delta["content"]
-                yield emit(
-                    "response.output_text.delta",
-                    {
-                        "item_id": current.item["id"],
-                        "output_index": current.index,
-                        "content_index": 0,
-                        "delta": delta["content"],
-                    },
-                )
             for call in (
                 delta.get("tool_calls") or []
             ):  # a call's first delta names it; the rest add arguments
