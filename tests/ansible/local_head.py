@@ -1,9 +1,11 @@
 """Role tests on this host: a one-node inventory (the head ``h1`` over a local connection, tp 1, the
-tensorfold engine, its own control-host folder) and the venv's ansible tools run from the repo."""
+tensorfold engine, its own control-host folder), the venv's ansible tools run from the repo, and
+what the example inventory renders (``render.yml``)."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -74,3 +76,22 @@ def write_inventory(folder: Path, **group_vars: Any) -> Path:
     hosts = folder / "hosts.yml"
     hosts.write_text(yaml.safe_dump(inventory))
     return hosts
+
+
+def host_systemd() -> str:
+    """This host's ``systemctl --version`` line (units render per systemd version); '' without one."""
+    if shutil.which("systemctl") is None:
+        return ""
+    version = subprocess.run(["systemctl", "--version"], capture_output=True, text=True).stdout
+    return version.partition("\n")[0]
+
+
+def render_example(repo: Path, folder: Path, *extra: str) -> Path:
+    """What the example inventory renders (sparkfold.toml, the units, netplan) for this host's systemd,
+    per host under ``folder``; ``extra``: more ansible-playbook arguments (``-e`` overrides)."""
+    args = ["-i", "inventory/example", "tests/ansible/render.yml", "-e", f"render_dir={folder}", *extra]
+    if host_systemd():
+        args += ["-e", f"render_systemd='{host_systemd()}'"]
+    result = ansible(repo, "ansible-playbook", *args)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return folder

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from local_head import ansible
+from local_head import ansible, render_example
 
 from sparkfold.config import engine_fingerprint, load
 
@@ -22,24 +22,6 @@ ROLES = ["sparkfold", *(f"sparkfold_{stage}" for stage in STAGES), "sparkfold_te
 @pytest.mark.slow
 def test_ansible_lint_production_profile_is_clean(repo: Path) -> None:
     result = ansible(repo, "ansible-lint", "--profile", "production", "-q", "--nocolor")
-    assert result.returncode == 0, result.stdout + result.stderr
-
-
-def host_systemd() -> str:
-    """This host's ``systemctl --version`` line (units render per systemd version); '' without one."""
-    if shutil.which("systemctl") is None:
-        return ""
-    version = subprocess.run(["systemctl", "--version"], capture_output=True, text=True).stdout
-    return version.partition("\n")[0]
-
-
-def render_example(repo: Path, folder: Path, *extra: str) -> None:
-    """What the example inventory renders (sparkfold.toml and the units) for this host's systemd, per
-    host under ``folder``; ``extra``: more ansible-playbook arguments (``-e`` overrides)."""
-    args = ["-i", "inventory/example", "tests/ansible/render.yml", "-e", f"render_dir={folder}", *extra]
-    if host_systemd():
-        args += ["-e", f"render_systemd='{host_systemd()}'"]
-    result = ansible(repo, "ansible-playbook", *args)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -131,11 +113,10 @@ def test_testbed_uses_only_its_documentation_ranges(repo: Path) -> None:
     assert all(any(ipaddress.ip_address(a) in net for net in allowed) for a in found)
 
 
-def test_example_inventory_renders_a_valid_pair(repo: Path, tmp_path: Path) -> None:
-    render_example(repo, tmp_path)
+def test_example_inventory_renders_a_valid_pair(repo: Path, example_render: Path) -> None:
     head, worker = (
-        load(tmp_path / "spark-head/sparkfold.toml"),
-        load(tmp_path / "spark-worker/sparkfold.toml"),
+        load(example_render / "spark-head/sparkfold.toml"),
+        load(example_render / "spark-worker/sparkfold.toml"),
     )
     assert (head.node.rank, worker.node.rank) == (0, 1)
     assert (head.fabric.address, head.fabric.peer) == (worker.fabric.peer, worker.fabric.address)
@@ -143,10 +124,10 @@ def test_example_inventory_renders_a_valid_pair(repo: Path, tmp_path: Path) -> N
     assert engine_fingerprint(head) == engine_fingerprint(worker)
     # One folder per pinned commit (weights.yml), as examples/spark-pair/ writes it out.
     assert head.engine.model == load(repo / "examples/spark-pair/head.toml").engine.model
-    engine_unit = (tmp_path / "spark-head/sparkfold-engine.service").read_text()
+    engine_unit = (example_render / "spark-head/sparkfold-engine.service").read_text()
     assert "Type=notify" in engine_unit and "NotifyAccess=main" in engine_unit
     assert "Restart=on-failure" in engine_unit
-    api_unit = (tmp_path / "spark-head/sparkfold-api.service").read_text()
+    api_unit = (example_render / "spark-head/sparkfold-api.service").read_text()
     assert "ExecReload=/bin/kill -HUP $MAINPID" in api_unit
 
 
@@ -165,11 +146,10 @@ def test_the_gateway_lanes_follow_the_engine_unless_set_lower(
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="needs systemd-analyze")
-def test_rendered_units_pass_systemd_analyze_verify(repo: Path, tmp_path: Path) -> None:
-    render_example(repo, tmp_path)
+def test_rendered_units_pass_systemd_analyze_verify(example_render: Path) -> None:
     for unit in ("sparkfold-engine.service", "sparkfold-api.service"):
         check = subprocess.run(
-            ["systemd-analyze", "verify", "--man=no", str(tmp_path / "spark-head" / unit)],
+            ["systemd-analyze", "verify", "--man=no", str(example_render / "spark-head" / unit)],
             capture_output=True,
             text=True,
             check=False,
@@ -197,10 +177,10 @@ def exposure(unit: Path) -> float:
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="needs systemd-analyze")
-def test_units_keep_their_hardening(repo: Path, tmp_path: Path) -> None:
-    render_example(repo, tmp_path)
+def test_units_keep_their_hardening(example_render: Path) -> None:
     units = {
-        name: tmp_path / "spark-head" / f"{name}.service" for name in ("sparkfold-api", "sparkfold-engine")
+        name: example_render / "spark-head" / f"{name}.service"
+        for name in ("sparkfold-api", "sparkfold-engine")
     }
     # The production (tensorfold) engine unit: no capabilities, private mounts, private files.
     engine = units["sparkfold-engine"].read_text().splitlines()
@@ -222,8 +202,7 @@ def test_units_keep_their_hardening(repo: Path, tmp_path: Path) -> None:
     assert exposure(units["sparkfold-engine"]) <= 3.0
 
 
-def test_units_raise_the_descriptor_limit(repo: Path, tmp_path: Path) -> None:
+def test_units_raise_the_descriptor_limit(example_render: Path) -> None:
     # 1,100 idle connections used to exhaust the default 1,024 descriptors (issue 15)
-    render_example(repo, tmp_path)
     for name in ("sparkfold-api", "sparkfold-engine"):
-        assert "LimitNOFILE=65536" in (tmp_path / "spark-head" / f"{name}.service").read_text(), name
+        assert "LimitNOFILE=65536" in (example_render / "spark-head" / f"{name}.service").read_text(), name

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from local_head import ansible, fake_tools, write_inventory
+from local_head import ansible, fake_tools, render_example, write_inventory
 
 NETDEV, TWIN = "enp1s0f0np0", "enP2p1s0f0np0"
 
@@ -57,17 +57,7 @@ def test_iproute2_addresses_both_rails_then_converges(repo: Path, node: Path) ->
 
 
 def test_the_netplan_file_names_both_rails(repo: Path, tmp_path: Path) -> None:
-    args = [
-        "-i",
-        "inventory/example",
-        "tests/ansible/render.yml",
-        "-e",
-        f"render_dir={tmp_path}",
-        "-e",
-        "sparkfold_fabric_twin_address=198.51.100.11",
-    ]
-    result = ansible(repo, "ansible-playbook", *args)
-    assert result.returncode == 0, result.stdout + result.stderr
+    render_example(repo, tmp_path, "-e", "sparkfold_fabric_twin_address=198.51.100.11")
     worker = yaml.safe_load((tmp_path / "spark-worker/netplan.yaml").read_text())["network"]["ethernets"]
     assert worker == {
         "enp1s0f0np0": {"dhcp4": False, "optional": True, "mtu": 9000, "addresses": ["192.0.2.2/24"]},
@@ -77,18 +67,9 @@ def test_the_netplan_file_names_both_rails(repo: Path, tmp_path: Path) -> None:
     assert set(head) == {"enp1s0f1np1", "enP2p1s0f1np1"}
 
 
-def test_without_a_twin_address_only_the_cabled_netdev_is_written(repo: Path, tmp_path: Path) -> None:
-    result = ansible(
-        repo,
-        "ansible-playbook",
-        "-i",
-        "inventory/example",
-        "tests/ansible/render.yml",
-        "-e",
-        f"render_dir={tmp_path}",
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    worker = yaml.safe_load((tmp_path / "spark-worker/netplan.yaml").read_text())["network"]["ethernets"]
+def test_without_a_twin_address_only_the_cabled_netdev_is_written(example_render: Path) -> None:
+    netplan = (example_render / "spark-worker/netplan.yaml").read_text()
+    worker = yaml.safe_load(netplan)["network"]["ethernets"]
     assert list(worker) == ["enp1s0f0np0"]
 
 
@@ -96,17 +77,7 @@ def test_the_settings_do_not_freeze_the_discovered_fabric_facts(repo: Path, tmp_
     found = json.dumps(
         {"__sparkfold_fabric_found": {"netdev": NETDEV, "rdma_devices": ["rocep1s0f0"], "gid_index": 3}}
     )
-    args = [
-        "-i",
-        "inventory/example",
-        "tests/ansible/render.yml",
-        "-e",
-        f"render_dir={tmp_path}",
-        "-e",
-        found,
-    ]
-    result = ansible(repo, "ansible-playbook", *args)
-    assert result.returncode == 0, result.stdout + result.stderr
+    render_example(repo, tmp_path, "-e", found)
     toml = (tmp_path / "spark-head/sparkfold.toml").read_text()
     for key in ("gid_index", "rdma_devices", "socket_ifname"):
         assert not re.search(rf"^{key} =", toml, flags=re.M), toml
