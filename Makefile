@@ -1,16 +1,17 @@
 # sparkfold: the two commands a new user needs, plus the pieces they are made of.
 #   make demo   build everything needed and serve the demo model (see README)
 #   make test       lint and the lean suite: every test not marked slow/netns/testbed/fleet/gpu (minutes)
-#   make test-all   what CI runs (.ci/run): lint, then unit, ansible, integration and the pair testbed,
-#                   each phase timed (docs/testing.md has the budget)
-#   make test-fleet the fleet testbed (tests marked fleet); not in CI's run
+#   make test-ci    what CI runs (.ci/run): lint, the unit, ansible and integration tests not marked
+#                   slow, then the pair testbed, each phase timed (docs/testing.md has the budget)
+#   make test-all   lint and every test but the fleet testbed and the GPU ones, slow ones included
+#   make test-fleet the fleet testbed (tests marked fleet); in neither CI's run nor test-all
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test test-all test-fleet lint unit demo demo-down demo-fleet demo-fleet-down clean gpu-run
+.PHONY: venv test test-ci test-all test-fleet lint unit demo demo-down demo-fleet demo-fleet-down clean gpu-run
 
 venv: $(STAMP)
 
@@ -36,9 +37,16 @@ LEAN := not slow and not netns and not testbed and not fleet and not gpu
 test: lint
 	$(PHASE) lean $(PYTEST) tests -m "$(LEAN)"
 
+test-ci: venv
+	$(PHASE) lint $(MAKE) --no-print-directory lint
+	$(PHASE) unit $(PYTEST) tests/unit -m "not slow and not fleet"
+	$(PHASE) ansible $(PYTEST) tests/ansible -m "not slow and not fleet"
+	$(PHASE) integration $(PYTEST) tests/integration -m "not slow and not fleet"
+	$(PHASE) testbed $(PYTEST) tests/testbed -m "not fleet"
+
 test-all: venv
 	$(PHASE) lint $(MAKE) --no-print-directory lint
-	$(PHASE) unit $(PYTEST) tests/unit
+	$(PHASE) unit $(PYTEST) tests/unit -m "not fleet"
 	$(PHASE) ansible $(PYTEST) tests/ansible -m "not fleet"
 	$(PHASE) integration $(PYTEST) tests/integration -m "not fleet"
 	$(PHASE) testbed $(PYTEST) tests/testbed -m "not fleet"
