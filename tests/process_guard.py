@@ -8,9 +8,10 @@ fixture's teardown, the guard waits a little for exiting processes, then names e
 running with the test that started it, kills it by PID and sets the session's exit status to 1.
 
 Kept on purpose, and not counted: the testbed's machines when ``SPARKFOLD_TESTBED_KEEP=1`` (their
-``systemd-nspawn``), and OpenSSH's connection-sharing masters (``ssh: … [mux]``, which Ansible's
-ControlPersist keeps for 60 s); the guard ends those masters too. A child started with an
-environment built from nothing (``env={"PATH": …}``) carries no mark and is not seen.
+``systemd-nspawn`` and the package server, ``python -m http.server``), and OpenSSH's
+connection-sharing masters (``ssh: … [mux]``, which Ansible's ControlPersist keeps for 60 s); the
+guard ends those masters too. A child started with an environment built from nothing
+(``env={"PATH": …}``) carries no mark and is not seen.
 
 psutil finds the processes; the mark is ours because psutil can only tell a process's ancestry
 while its parent lives.
@@ -69,12 +70,10 @@ def kept(proc: psutil.Process) -> str | None:
         return "mux"  # gone meanwhile
     if argv and argv[0].startswith("ssh: ") and argv[-1].endswith("[mux]"):
         return "mux"
-    if (
-        argv
-        and os.path.basename(argv[0]) == "systemd-nspawn"
-        and os.environ.get("SPARKFOLD_TESTBED_KEEP") == "1"
-    ):
-        return "testbed"
+    machine = bool(argv) and os.path.basename(argv[0]) == "systemd-nspawn"
+    package_server = argv[1:3] == ["-m", "http.server"]
+    if os.environ.get("SPARKFOLD_TESTBED_KEEP") == "1" and (machine or package_server):
+        return "testbed"  # the testbed's machines and their package server, kept on request
     return None
 
 
