@@ -37,19 +37,20 @@ LEAN := not slow and not netns and not testbed and not fleet and not gpu
 test: lint
 	$(PHASE) lean $(PYTEST) tests -m "$(LEAN)"
 
-test-ci: venv
+# The phases of test-ci and test-all; $(1): the marker expression for unit, ansible and integration.
+define test_phases
 	$(PHASE) lint $(MAKE) --no-print-directory lint
-	$(PHASE) unit $(PYTEST) tests/unit -m "not slow and not fleet"
-	$(PHASE) ansible $(PYTEST) tests/ansible -m "not slow and not fleet"
-	$(PHASE) integration $(PYTEST) tests/integration -m "not slow and not fleet"
+	$(PHASE) unit $(PYTEST) tests/unit -m "$(1)"
+	$(PHASE) ansible $(PYTEST) tests/ansible -m "$(1)"
+	$(PHASE) integration $(PYTEST) tests/integration -m "$(1)"
 	$(PHASE) testbed $(PYTEST) tests/testbed -m "not fleet"
+endef
+
+test-ci: venv
+	$(call test_phases,not slow and not fleet)
 
 test-all: venv
-	$(PHASE) lint $(MAKE) --no-print-directory lint
-	$(PHASE) unit $(PYTEST) tests/unit -m "not fleet"
-	$(PHASE) ansible $(PYTEST) tests/ansible -m "not fleet"
-	$(PHASE) integration $(PYTEST) tests/integration -m "not fleet"
-	$(PHASE) testbed $(PYTEST) tests/testbed -m "not fleet"
+	$(call test_phases,not fleet)
 
 test-fleet: venv
 	$(PHASE) fleet $(PYTEST) tests -m fleet
