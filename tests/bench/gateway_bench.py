@@ -59,6 +59,7 @@ CORES = sorted(os.sched_getaffinity(0))  # before any pinning narrows this proce
 MARKERS = (b'"content":"tok"', b'"content": "tok"')  # compact JSON (ours), spaced (LiteLLM's)
 BODY = json.dumps({"model": "fake", "messages": [{"role": "user", "content": "x"}], "stream": True}).encode()
 LITELLM_KEY = "sk-sparkfold-bench-7f3a9c2e51d84b06"  # LiteLLM refuses to start without a master key
+READY_S = 120  # a loaded machine imports FastAPI and pydantic slowly; a process that exits fails at once
 LITELLM_READY_S = 300  # it imports a lot: about 30 s on a quiet core, minutes on a loaded one
 
 
@@ -222,8 +223,8 @@ class Pair:
 
     def __enter__(self) -> Pair:
         try:
-            wait_ready(f"http://127.0.0.1:{self.engine_port}/health")
-            wait_ready(f"http://127.0.0.1:{self.gateway_port}/health")
+            wait_ready(f"http://127.0.0.1:{self.engine_port}/health", READY_S, self.engine)
+            wait_ready(f"http://127.0.0.1:{self.gateway_port}/health", READY_S, self.gateway)
             if "litellm" in self.proxies:
                 port, proc = self.proxies["litellm"]
                 wait_ready(f"http://127.0.0.1:{port}/health/liveliness", LITELLM_READY_S, proc)
