@@ -20,8 +20,11 @@ __all__ = [
     "MAX_CHOICES",
     "MAX_CONTENT_PARTS",
     "MAX_MESSAGES",
+    "MAX_N",
+    "MAX_PROMPTS",
     "MAX_STOP",
     "MAX_TOOLS",
+    "MAX_TOP_LOGPROBS",
     "SEED_MAX",
     "SEED_MIN",
     "ChatCompletion",
@@ -37,6 +40,7 @@ __all__ = [
     "Delta",
     "DetokenizeRequest",
     "DetokenizeResponse",
+    "EngineCapabilities",
     "EngineHealth",
     "ErrorInfo",
     "ErrorResponse",
@@ -74,6 +78,9 @@ MAX_CONTENT_PARTS = 1024
 MAX_TOOLS = 128
 MAX_STOP = 16
 MAX_CHOICES = 1024
+MAX_N = 16  # choices per prompt (``n``)
+MAX_PROMPTS = 64  # prompts in one /v1/completions request
+MAX_TOP_LOGPROBS = 20
 
 Seed = Annotated[int, Field(ge=SEED_MIN, le=SEED_MAX, description="64-bit signed integer")]
 Stop = str | Annotated[list[str], Field(max_length=MAX_STOP)]
@@ -187,10 +194,10 @@ class ChatCompletionRequest(_Request):
     model: ModelName | None = None
     frequency_penalty: float | None = None
     logprobs: bool | None = None
-    top_logprobs: int | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
-    n: int | None = Field(None, ge=1)
+    n: int | None = Field(None, ge=1, le=MAX_N)
     presence_penalty: float | None = None
     reasoning_effort: str | None = None
     response_format: dict[str, Any] | None = None
@@ -237,17 +244,24 @@ class ChatCompletionRequest(_Request):
 class CompletionRequest(_Request):
     """``POST /v1/completions``: a raw prompt (text or token ids), no chat template."""
 
-    prompt: str | list[int] = Field(min_length=1)
+    prompt: (
+        str
+        | Annotated[list[int], Field(min_length=1)]
+        | Annotated[list[str], Field(min_length=1, max_length=MAX_PROMPTS)]
+        | Annotated[
+            list[Annotated[list[int], Field(min_length=1)]], Field(min_length=1, max_length=MAX_PROMPTS)
+        ]
+    ) = Field(description="a text, token ids, or a list of either (one choice each)")
     model: ModelName | None = None
     max_tokens: int | None = Field(None, ge=1)
-    n: int | None = Field(None, ge=1)
+    n: int | None = Field(None, ge=1, le=MAX_N)
     seed: Seed | None = None
     stop: Stop | None = None
     stream: bool = False
     stream_options: dict[str, Any] | None = None
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
-    logprobs: int | None = None
+    logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
     echo: bool = False
     # extensions
     top_k: int | None = None
@@ -312,6 +326,7 @@ class _Choice(_Wire):
     """One choice of an answer: its place, and why it ended (in its last chunk when streamed)."""
 
     index: int = 0
+    logprobs: dict[str, Any] | None = Field(None, description="the tokens' log-probabilities, when asked for")
     finish_reason: FinishReason | None = None
     stop_reason: StopReason = None
 
@@ -403,7 +418,6 @@ class EngineHealth(_Wire):
 
 class CompletionChoice(_Choice):
     text: str
-    logprobs: None = None
 
 
 class Completion(_Reply):
@@ -441,12 +455,25 @@ class DetokenizeResponse(_Wire):
     prompt: str
 
 
+class EngineCapabilities(_Wire):
+    """What an engine server offers beyond TensorFold's contract (its ``/v1/models`` card says)."""
+
+    backend: str
+    logprobs: bool = False
+    """``logprobs`` / ``top_logprobs`` (chat and completions)."""
+    n: bool = True
+    """``n > 1``, a list of prompts and ``echo`` on ``/v1/completions``."""
+
+
 class ModelCard(_Wire):
     id: str
     object: Literal["model"] = "model"
     created: int = Field(default_factory=lambda: int(time.time()))
     owned_by: str = "sparkfold"
     max_model_len: int | None = None
+    capabilities: EngineCapabilities | None = Field(
+        None, description="sparkfold: what the engine serving it can do; absent (TensorFold): none of it"
+    )
 
 
 class ModelList(_Wire):

@@ -294,6 +294,59 @@ def test_reasoning_tokens_are_counted(served: Served) -> None:
     assert usage.completion_tokens_details.reasoning_tokens == usage.completion_tokens == 12
 
 
+def test_logprobs_and_several_choices(served: Served) -> None:
+    oai = served.oai()
+    reply = oai.chat.completions.create(
+        model=served.name,
+        messages=ASK,  # type: ignore[arg-type]
+        max_tokens=4,
+        temperature=1.0,
+        seed=1,
+        n=2,
+        logprobs=True,
+        top_logprobs=2,
+    )
+    assert [c.index for c in reply.choices] == [0, 1]
+    described = 0
+    for choice in reply.choices:
+        content = (choice.logprobs.content if choice.logprobs else None) or []
+        described += len(content)
+        for entry in content:
+            assert entry.logprob <= 0 and len(entry.top_logprobs) == 2
+            assert entry.top_logprobs[0].logprob >= max(entry.logprob, entry.top_logprobs[1].logprob)
+    assert reply.usage is not None and 0 < described <= reply.usage.completion_tokens <= 8
+
+    stream = oai.chat.completions.create(
+        model=served.name,
+        messages=ASK,  # type: ignore[arg-type]
+        max_tokens=4,
+        temperature=0,
+        logprobs=True,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    streamed = sum(
+        len(c.choices[0].logprobs.content or []) for c in chunks if c.choices and c.choices[0].logprobs
+    )
+    assert 0 < streamed <= chunks[-1].usage.completion_tokens  # type: ignore[union-attr]
+
+    texts = oai.completions.create(
+        model=served.name, prompt=["Hello", "The sky is"], max_tokens=3, echo=True, n=2, temperature=0
+    )
+    assert [c.index for c in texts.choices] == [0, 1, 2, 3]
+    assert texts.choices[0].text.startswith("Hello") and texts.choices[2].text.startswith("The sky is")
+    assert texts.choices[0].text == texts.choices[1].text  # greedy: both choices alike
+    scored = oai.completions.create(
+        model=served.name, prompt="Hello", max_tokens=3, logprobs=2, temperature=0
+    )
+    logprobs = scored.choices[0].logprobs
+    assert logprobs is not None and logprobs.tokens and logprobs.token_logprobs
+    assert len(logprobs.tokens) == len(logprobs.token_logprobs) == len(logprobs.text_offset or [])
+    assert scored.usage is not None and len(logprobs.tokens) <= scored.usage.completion_tokens
+    assert all(len(top) <= 2 for top in logprobs.top_logprobs or [])
+
+
 def test_anthropic_stop_sequence_ids_and_token_counts(served: Served) -> None:
     claude = served.claude()
     plain = claude.messages.create(model=served.name, max_tokens=12, messages=ASK, extra_body=GREEDY)  # type: ignore[arg-type]

@@ -13,11 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sparkfold.api.errors import ClientError, InvalidRequest, LimitExceeded
+from sparkfold.api.errors import ClientError, LimitExceeded
 from sparkfold.config import ApiSettings
 from sparkfold.glm.messages import IMAGE_PART_TYPES, VIDEO_PART_TYPES
 
-__all__ = ["MediaLimits", "check_media", "check_sampling"]
+__all__ = ["MediaLimits", "check_media"]
 
 _MIB = 1 << 20
 
@@ -37,21 +37,6 @@ class MediaLimits:
             max_videos=api.max_videos,
             max_video_bytes=int(api.max_video_mib * _MIB),
         )
-
-
-def check_sampling(*, n: int | None, logprobs: Any, top_logprobs: Any) -> ClientError | None:
-    """Refuse what the engine cannot do: several choices, log-probabilities."""
-    if n is not None and n != 1:
-        return InvalidRequest(f"n must be 1 (this server returns one choice per request); got {n}", param="n")
-    if logprobs not in (None, False, 0):
-        return InvalidRequest(
-            "logprobs are not available from this engine; leave logprobs unset", param="logprobs"
-        )
-    if top_logprobs not in (None, 0):
-        return InvalidRequest(
-            "top_logprobs are not available from this engine; leave top_logprobs unset", param="top_logprobs"
-        )
-    return None
 
 
 def _data_url_bytes(url: str) -> int | None:

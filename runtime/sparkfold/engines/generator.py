@@ -23,6 +23,7 @@ __all__ = [
     "Generator",
     "Outbox",
     "SamplingParams",
+    "TokenLogprob",
     "stream_from_thread",
 ]
 
@@ -49,6 +50,15 @@ class GenerationReport:
 
 
 @dataclass(frozen=True)
+class TokenLogprob:
+    """One reply token's log-probability under the model, and the likeliest alternatives."""
+
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(frozen=True)
 class SamplingParams:
     """How to pick each next token. ``temperature == 0`` is greedy (argmax)."""
 
@@ -68,6 +78,11 @@ class SamplingParams:
     """``False``: decode without speculative drafts (the plain reference output)."""
     report: GenerationReport = field(default_factory=GenerationReport, compare=False)
     """Filled by engines that know more than the token stream (cached prompt tokens, drafts)."""
+    logprobs: int | None = None
+    """``None``: none; ``k``: each reply token's log-probability and the ``k`` likeliest (engines
+    with ``supports_logprobs``)."""
+    logprobs_out: list[TokenLogprob] = field(default_factory=list, compare=False)
+    """Filled by the engine, one entry per reply token, before the token is emitted."""
 
     @property
     def greedy(self) -> bool:

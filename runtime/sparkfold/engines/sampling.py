@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from sparkfold.engines.generator import SamplingParams
+from sparkfold.engines.generator import SamplingParams, TokenLogprob
 
-__all__ = ["sample"]
+__all__ = ["sample", "token_logprob"]
 
 
 def sample(logits: torch.Tensor, params: SamplingParams, rng: torch.Generator | None) -> int:
@@ -26,3 +26,12 @@ def sample(logits: torch.Tensor, params: SamplingParams, rng: torch.Generator | 
     if params.min_p > 0.0:
         probs = probs.masked_fill(probs < params.min_p * probs.max(), 0.0)
     return int(torch.multinomial(probs / probs.sum(), 1, generator=rng))
+
+
+def token_logprob(logits: torch.Tensor, token: int, top: int) -> TokenLogprob:
+    """``token``'s log-probability under the model's own distribution (before sampling filters
+    and grammar masks, as vLLM reports it) and the ``top`` likeliest tokens'."""
+    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    best = torch.topk(logprobs, top) if top > 0 else None
+    pairs = tuple(zip(best.indices.tolist(), best.values.tolist(), strict=True)) if best is not None else ()
+    return TokenLogprob(token, float(logprobs[token]), pairs)

@@ -1,9 +1,10 @@
 """The HTTP side of the engine protocol for our own engines (``docs/engine-protocol.md``).
 
 :func:`create_app` wires an :class:`~sparkfold.engines.serving.EngineService` to routes: HTTP
-only. Results become JSON, :class:`~sparkfold.engines.serving.ApiError` values become their status
-with the OpenAI error body, streams become SSE (role delta first, content deltas, a final chunk
-with ``finish_reason``, the ``tensorfold`` stats block and ``usage``, then ``data: [DONE]``).
+only. :class:`~sparkfold.engines.serving.ApiError` values become their status with the OpenAI
+error body; the generating routes' JSON and SSE (role delta first, content deltas, a final chunk
+with ``finish_reason``, the ``tensorfold`` stats block and ``usage``, then ``data: [DONE]``; one
+choice after another when there are several) are built in :mod:`sparkfold.engines.replies`.
 Bodies are parsed here, not by FastAPI, so every client mistake is a 400 that names the field.
 
 Every generating route runs under :class:`~sparkfold.asgi.DirectRoutes`' cancellation (a client
@@ -17,9 +18,8 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
@@ -27,37 +27,25 @@ from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException
 
 from sparkfold.asgi import SSE_HEADERS, DirectRoutes, EventStream, Pacing, SSEResponse, StreamResponse
-from sparkfold.engines.generator import CapacityError, EngineFailure
-from sparkfold.engines.output import OutputParser
-from sparkfold.engines.serving import ApiError, EngineService, Outcome, Prepared
+from sparkfold.engines.replies import chat_reply, chat_stream, completion_reply, completion_stream
+from sparkfold.engines.serving import ApiError, EngineService
 from sparkfold.protocol import (
-    ChatCompletion,
-    ChatCompletionChunk,
     ChatCompletionRequest,
-    Choice,
-    ChunkChoice,
-    Completion,
-    CompletionChoice,
     CompletionRequest,
-    Delta,
     DetokenizeRequest,
     DetokenizeResponse,
     ModelCard,
     ModelList,
-    ResponseMessage,
     TokenizeRequest,
     TokenizeResponse,
-    ToolCall,
-    Usage,
-    new_id,
 )
-from sparkfold.sse import SSE_DONE, TextEvents, sse_event
 
 __all__ = ["create_app"]
 
 log = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=BaseModel)
+P = TypeVar("P")
 _STREAM_HEADERS = (*SSE_HEADERS, (b"connection", b"close"))
 HEARTBEAT_S = 5.0
 """A stream silent this long gets a ``: keepalive`` comment (while the engine makes progress)."""
@@ -94,8 +82,8 @@ async def _admit(
     service: EngineService,
     request: Request,
     model: type[M],
-    prepare: Callable[[M], Prepared | ApiError],
-) -> tuple[M, Prepared] | JSONResponse:
+    prepare: Callable[[M], P | ApiError],
+) -> tuple[M, P] | JSONResponse:
     """A generating request parsed, prepared off the loop and given a lane, or its error reply."""
     body = await _parse(request, model)
     if isinstance(body, ApiError):
@@ -107,16 +95,6 @@ async def _admit(
     if refused is not None:
         return _error(refused)
     return body, prepared
-
-
-def _outcome_error(exc: BaseException) -> ApiError:
-    if isinstance(exc, CapacityError):
-        return ApiError(503, str(exc), None, "capacity", "server_error")
-    if isinstance(exc, EngineFailure):
-        log.error("generation failed: %s", exc)
-    else:
-        log.exception("generation failed")
-    return ApiError(500, f"generation failed: {exc}", None, "engine_error", "server_error")
 
 
 def create_app(service: EngineService, *, heartbeat_s: float = HEARTBEAT_S) -> DirectRoutes:
@@ -134,7 +112,9 @@ def create_app(service: EngineService, *, heartbeat_s: float = HEARTBEAT_S) -> D
     @app.get("/v1/models")
     @app.get("/models")
     async def models() -> JSONResponse:
-        card = ModelCard(id=name, max_model_len=service.generator.context_length)
+        card = ModelCard(
+            id=name, max_model_len=service.generator.context_length, capabilities=service.capabilities()
+        )
         return JSONResponse(ModelList(data=[card]).model_dump())
 
     @app.get("/health")
@@ -186,31 +166,18 @@ def create_app(service: EngineService, *, heartbeat_s: float = HEARTBEAT_S) -> D
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Response:
-        admitted = await _admit(service, request, ChatCompletionRequest, service.prepare_chat)
+        admitted = await _admit(service, request, ChatCompletionRequest, service.prepare_chat_choices)
         if isinstance(admitted, JSONResponse):
             return admitted
-        body, prepared = admitted
-        parser = prepared.parser
+        body, choices = admitted
         if body.stream:
             options = body.stream_options or {}
             usage_chunk = bool(options.get("include_usage"))
             prompt_usage = bool(options.get("continuous_usage_stats"))
-            return _stream(_chat_stream(service, prepared, parser, usage_chunk, prompt_usage), pacing)
-        try:
-            deltas, outcome = await _collect_chat(service, prepared, parser)
-        except Exception as exc:
-            return _error(_outcome_error(exc))
-        finish = "tool_calls" if parser.tool_calls_made and outcome.finish_reason == "stop" else None
-        choice = Choice(
-            message=_merge(deltas),
-            finish_reason=finish or outcome.finish_reason,  # type: ignore[arg-type]
-            stop_reason=outcome.stop_reason,
-        )
-        if body.return_token_ids:
-            choice.token_ids = outcome.token_ids  # type: ignore[attr-defined]
-        answer = ChatCompletion(
-            id=new_id(), model=name, choices=[choice], usage=_usage(outcome), tensorfold=outcome.stats()
-        )
+            return _stream(chat_stream(service, choices, usage_chunk, prompt_usage), pacing)
+        answer = await chat_reply(service, choices, body.return_token_ids)
+        if isinstance(answer, ApiError):
+            return _error(answer)
         return JSONResponse(answer.model_dump(exclude_none=True))
 
     @app.post("/v1/completions")
@@ -218,29 +185,13 @@ def create_app(service: EngineService, *, heartbeat_s: float = HEARTBEAT_S) -> D
         admitted = await _admit(service, request, CompletionRequest, service.prepare_completion)
         if isinstance(admitted, JSONResponse):
             return admitted
-        body, prepared = admitted
+        body, choices = admitted
         if body.stream:
             usage_chunk = bool((body.stream_options or {}).get("include_usage"))
-            return _stream(_completion_stream(service, prepared, usage_chunk), pacing)
-        pieces: list[str] = []
-        try:
-            async for item in service.run(prepared):
-                if isinstance(item, Outcome):
-                    outcome = item
-                else:
-                    pieces.append(item)
-        except Exception as exc:
-            return _error(_outcome_error(exc))
-        choice = CompletionChoice(
-            text="".join(pieces),
-            finish_reason=outcome.finish_reason,  # type: ignore[arg-type]
-            stop_reason=outcome.stop_reason,
-        )
-        if body.return_token_ids:
-            choice.token_ids = outcome.token_ids  # type: ignore[attr-defined]
-        answer = Completion(
-            id=new_id("cmpl"), model=name, choices=[choice], usage=_usage(outcome), tensorfold=outcome.stats()
-        )
+            return _stream(completion_stream(service, choices, usage_chunk), pacing)
+        answer = await completion_reply(service, choices, body.return_token_ids)
+        if isinstance(answer, ApiError):
+            return _error(answer)
         return JSONResponse(answer.model_dump(exclude_none=True))
 
     return DirectRoutes(app, {"/v1/chat/completions": chat, "/v1/completions": completions})
@@ -248,143 +199,3 @@ def create_app(service: EngineService, *, heartbeat_s: float = HEARTBEAT_S) -> D
 
 def _encode(service: EngineService, text: str, add_special_tokens: bool) -> list[int]:
     return service.generator.encode(text, add_special_tokens=add_special_tokens)
-
-
-def _usage(outcome: Outcome) -> Usage:
-    return Usage.of(
-        outcome.prompt_tokens,
-        len(outcome.token_ids),
-        cached=outcome.report.cached_tokens,
-        reasoning=outcome.reasoning_tokens,
-    )
-
-
-async def _collect_chat(
-    service: EngineService, prepared: Prepared, parser: OutputParser
-) -> tuple[list[Delta], Outcome]:
-    deltas: list[Delta] = []
-    async for item in service.run(prepared):
-        if isinstance(item, Outcome):
-            deltas += parser.finish(item.finish_reason)
-            return deltas, item
-        deltas += parser.feed(item)
-    raise RuntimeError("the generation ended without an outcome")
-
-
-def _merge(deltas: list[Delta]) -> ResponseMessage:
-    """One assistant message from its deltas (tool-call arguments concatenated per index)."""
-    content = "".join(d.content for d in deltas if d.content)
-    reasoning = "".join(d.reasoning_content for d in deltas if d.reasoning_content)
-    calls: dict[int, dict[str, Any]] = {}
-    for delta in deltas:
-        for part in delta.tool_calls or []:
-            call = calls.setdefault(part.index, {"id": part.id, "name": "", "arguments": ""})
-            call["id"] = call["id"] or part.id
-            call["name"] += (part.function or {}).get("name") or ""
-            call["arguments"] += (part.function or {}).get("arguments") or ""
-    tool_calls = [
-        ToolCall(id=c["id"] or new_id("call"), function={"name": c["name"], "arguments": c["arguments"]})  # type: ignore[arg-type]
-        for _, c in sorted(calls.items())
-    ]
-    return ResponseMessage(
-        content=content or None, reasoning_content=reasoning or None, tool_calls=tool_calls or None
-    )
-
-
-def _error_event(exc: BaseException) -> bytes:
-    error = _outcome_error(exc)
-    return sse_event(error.body())
-
-
-async def _chat_stream(
-    service: EngineService, prepared: Prepared, parser: OutputParser, usage_chunk: bool, prompt_usage: bool
-) -> AsyncIterator[bytes]:
-    """The chat SSE; ``prompt_usage`` (``continuous_usage_stats``) puts the prompt's usage on the
-    role chunk too, so a translator knows the input tokens before the reply starts."""
-    ident, name, created = new_id(), service.served_name, int(time.time())
-
-    def event(choices: list[ChunkChoice], **extra: Any) -> ChatCompletionChunk:
-        return ChatCompletionChunk(id=ident, model=name, created=created, choices=choices, **extra)
-
-    def chunk(delta: Delta, finish: str | None = None, **extra: Any) -> bytes:
-        choice = ChunkChoice(delta=delta, finish_reason=finish)  # type: ignore[arg-type]
-        return sse_event(event([choice], **extra))
-
-    def text_events(delta: Delta) -> TextEvents:
-        return TextEvents(event([ChunkChoice(delta=delta)]))
-
-    content = text_events(Delta(content=TextEvents.MARKER))
-    reasoning = text_events(Delta(reasoning_content=TextEvents.MARKER))
-
-    def delta_event(delta: Delta) -> bytes:  # a token's text as content or reasoning: the fast path
-        if delta.role is None and delta.tool_calls is None:
-            if delta.reasoning_content is None and delta.content is not None:
-                return content(delta.content)
-            if delta.content is None and delta.reasoning_content is not None:
-                return reasoning(delta.reasoning_content)
-        return chunk(delta)
-
-    opening = Usage.of(len(prepared.prompt_ids), 0) if prompt_usage else None
-    yield chunk(Delta(role="assistant", content=""), usage=opening)
-    try:
-        async for item in service.run(prepared):
-            if isinstance(item, Outcome):
-                for delta in parser.finish(item.finish_reason):
-                    yield chunk(delta)
-                finish = "tool_calls" if parser.tool_calls_made and item.finish_reason == "stop" else None
-                usage = _usage(item)
-                end = ChunkChoice(
-                    delta=Delta(),
-                    finish_reason=finish or item.finish_reason,  # type: ignore[arg-type]
-                    stop_reason=item.stop_reason,
-                )
-                yield sse_event(event([end], usage=usage, tensorfold=item.stats()))
-                if usage_chunk:
-                    yield sse_event(event([], usage=usage))
-            else:
-                for delta in parser.feed(item):
-                    yield delta_event(delta)
-    except Exception as exc:
-        yield _error_event(exc)
-    yield SSE_DONE
-
-
-async def _completion_stream(
-    service: EngineService, prepared: Prepared, usage_chunk: bool
-) -> AsyncIterator[bytes]:
-    ident, name, created = new_id("cmpl"), service.served_name, int(time.time())
-
-    def chunk(text: str, finish: str | None = None, **extra: Any) -> bytes:
-        choice = CompletionChoice(text=text, finish_reason=finish)  # type: ignore[arg-type]
-        return sse_event(Completion(id=ident, model=name, created=created, choices=[choice], **extra))
-
-    text_event = TextEvents(
-        Completion(id=ident, model=name, created=created, choices=[CompletionChoice(text=TextEvents.MARKER)])
-    )
-
-    try:
-        async for item in service.run(prepared):
-            if isinstance(item, Outcome):
-                usage = _usage(item)
-                end = CompletionChoice(
-                    text="",
-                    finish_reason=item.finish_reason,  # type: ignore[arg-type]
-                    stop_reason=item.stop_reason,
-                )
-                yield sse_event(
-                    Completion(
-                        id=ident,
-                        model=name,
-                        created=created,
-                        choices=[end],
-                        usage=usage,
-                        tensorfold=item.stats(),
-                    )
-                )
-                if usage_chunk:
-                    yield sse_event(Completion(id=ident, model=name, choices=[], usage=usage))
-            else:
-                yield text_event(item)
-    except Exception as exc:
-        yield _error_event(exc)
-    yield SSE_DONE

@@ -21,7 +21,7 @@ import hashlib
 import logging
 import threading
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -35,6 +35,7 @@ from sparkfold.glm.media import collect_media, require_vision
 from sparkfold.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
+    EngineCapabilities,
     EngineHealth,
     ErrorInfo,
     ErrorResponse,
@@ -162,6 +163,8 @@ class EngineService:
         self._prepare = ThreadPoolExecutor(1, thread_name_prefix="prepare")
         """Prompt work (render, tokenize, pictures, grammar) off the event loop, one at a time."""
         self._lane_waiters: list[asyncio.Future[None]] = []
+        self._held = 0
+        """Lanes kept by a request between two of its choices (:meth:`run_choices`)."""
         self.ready = True
         """False until the supervisor's start-up probe answered: ``/health`` says ``ok`` only then."""
 
@@ -175,10 +178,15 @@ class EngineService:
                 "model",
                 "model_not_found",
             )
-        if request.n not in (None, 1):
-            return ApiError(400, "n must be 1 (this server returns one choice)", "n")
-        if request.logprobs:
-            return ApiError(400, "logprobs is not supported by this engine; remove it", "logprobs")
+        wants = request.logprobs not in (None, False) or getattr(request, "top_logprobs", None)
+        if wants and not self.supports_logprobs:
+            return ApiError(
+                400,
+                f"logprobs are not available from the {self.generator.backend} engine; leave logprobs unset",
+                "logprobs",
+            )
+        if getattr(request, "top_logprobs", None) and not request.logprobs:
+            return ApiError(400, "top_logprobs needs logprobs: true", "top_logprobs")
         for penalty in ("frequency_penalty", "presence_penalty"):  # never silently ignored
             if getattr(request, penalty, None):
                 return ApiError(
@@ -188,6 +196,24 @@ class EngineService:
         if extra:
             log.info("ignored request fields", extra=ignored_summary(extra))
         return None
+
+    @property
+    def supports_logprobs(self) -> bool:
+        return bool(getattr(self.generator, "supports_logprobs", False))
+
+    def capabilities(self) -> EngineCapabilities:
+        """What ``/v1/models`` tells the gateway this engine can do."""
+        return EngineCapabilities(backend=self.generator.backend, logprobs=self.supports_logprobs)
+
+    def prepare_chat_choices(self, request: ChatCompletionRequest) -> list[Prepared] | ApiError:
+        """One prepared reply per choice (``n``), each with its own seed, grammar and parser."""
+        out = []
+        for one in _choices(request, self.seed):
+            prepared = self.prepare_chat(one)
+            if isinstance(prepared, ApiError):
+                return prepared
+            out.append(prepared)
+        return out
 
     def prepare_chat(self, request: ChatCompletionRequest) -> Prepared | ApiError:
         error = self._check_common(request)
@@ -273,20 +299,34 @@ class EngineService:
         think_end = glm.think_end_id if turn.rendered.thinking else None
         return replace(prepared, params=params, parser=turn.parser(), reasoning_end=think_end)
 
-    def prepare_completion(self, request: CompletionRequest) -> Prepared | ApiError:
+    def prepare_completion(self, request: CompletionRequest) -> list[tuple[Prepared, str]] | ApiError:
+        """One prepared reply per prompt and choice (prompt-major, as OpenAI orders ``choices``),
+        each with the text ``echo`` puts before it."""
         error = self._check_common(request)
         if error:
             return error
-        if request.echo:
-            return ApiError(400, "echo is not supported by this engine; remove it", "echo")
-        if isinstance(request.prompt, str):
-            ids = self.generator.encode(request.prompt, add_special_tokens=request.add_special_tokens)
-        else:
-            ids = list(request.prompt)
-            bad = self.invalid_token_ids(ids)
-            if bad:
-                return ApiError(400, bad, "prompt")
-        return self._admit(ids, request.max_tokens, request, "prompt")
+        if request.echo and request.logprobs is not None:
+            return ApiError(400, "echo with logprobs needs the prompt's log-probabilities; drop one", "echo")
+        prompt: Any = request.prompt
+        single = isinstance(prompt, str) or isinstance(prompt[0], int)
+        prompts: list[str | list[int]] = [prompt] if single else list(prompt)
+        out: list[tuple[Prepared, str]] = []
+        for i, one in enumerate(prompts):
+            param = "prompt" if len(prompts) == 1 else f"prompt[{i}]"
+            if isinstance(one, str):
+                ids = self.generator.encode(one, add_special_tokens=request.add_special_tokens)
+            else:
+                ids = list(one)
+                bad = self.invalid_token_ids(ids)
+                if bad:
+                    return ApiError(400, bad, param)
+            echo = (one if isinstance(one, str) else self.generator.decode(ids)) if request.echo else ""
+            for choice in _choices(request, self.seed):
+                prepared = self._admit(ids, request.max_tokens, choice, param)
+                if isinstance(prepared, ApiError):
+                    return prepared
+                out.append((prepared, echo))
+        return out
 
     def invalid_token_ids(self, ids: list[int]) -> str | None:
         """Why ``ids`` are not token ids of this model, or None."""
@@ -326,6 +366,7 @@ class EngineService:
             ignore_eos=request.ignore_eos,
             stop_token_ids=self.stop_token_ids,
             draft=getattr(request, "draft", True),
+            logprobs=_top_logprobs(request),
         )
         stop = [request.stop] if isinstance(request.stop, str) else list(request.stop or [])
         return Prepared(ids, params, stop)
@@ -339,7 +380,7 @@ class EngineService:
         parallel = self.generator.parallel
         loop = asyncio.get_running_loop()
         give_up = loop.time() + FOLLOW_S
-        while self.counters.requests_running >= parallel:
+        while self.counters.requests_running + self._held >= parallel:
             left = give_up - loop.time()
             if left <= 0:
                 return ApiError(
@@ -366,10 +407,36 @@ class EngineService:
 
     # --- generation -----------------------------------------------------------------------------
 
-    async def run(self, prepared: Prepared) -> AsyncIterator[str | Outcome]:
+    async def run_choices(self, choices: Sequence[Prepared]) -> AsyncIterator[tuple[int, str | Outcome]]:
+        """Each choice's pieces and outcome (with its index), the choices one after another.
+
+        The request keeps its one lane from the first choice to the last: between two choices the
+        lane is held (no other request is let in), and the next choice takes it back before any
+        await, so a request with ``n`` choices never needs a second lane nor meets a capacity
+        refusal half-way.
+        """
+        held = False
+        last = len(choices) - 1
+        try:
+            for index, prepared in enumerate(choices):
+                if held:  # run() counts itself as running before its first await
+                    self._held -= 1
+                    held = False
+                async for item in self.run(prepared, release=index == last):
+                    if isinstance(item, Outcome) and index < last:
+                        self._held += 1
+                        held = True
+                    yield index, item
+        finally:
+            if held:
+                self._held -= 1
+            self._lane_freed()
+
+    async def run(self, prepared: Prepared, *, release: bool = True) -> AsyncIterator[str | Outcome]:
         """Text pieces as they become final, then one :class:`Outcome`.
 
-        Leaving the iteration early (client gone) cancels the generation.
+        Leaving the iteration early (client gone) cancels the generation. ``release=False`` (a
+        request with more choices to run) does not wake the requests waiting for a lane.
         """
         counters, generator = self.counters, self.generator
         cancel = threading.Event()
@@ -411,7 +478,8 @@ class EngineService:
                 await tokens.aclose()
             now = time.monotonic()
             counters.finished(finish, first - started, now - first if ids else 0.0)
-            self._lane_freed()
+            if release:
+                self._lane_freed()
         report = prepared.params.report
         counters.reported(report.cached_tokens, report.drafted, report.accepted)
         end = prepared.reasoning_end
@@ -453,3 +521,22 @@ class EngineService:
             if callable(stall := getattr(self.generator, "stalled_s", None))
             else None,
         )
+
+
+R = TypeVar("R", ChatCompletionRequest, CompletionRequest)
+
+
+def _choices(request: R, default_seed: int) -> list[R]:
+    """``request`` once per choice; choice ``i`` samples with seed + ``i``."""
+    n = request.n or 1
+    if n == 1:
+        return [request]
+    seed = default_seed if request.seed is None else request.seed
+    return [request.model_copy(update={"seed": seed + i, "n": 1}) for i in range(n)]
+
+
+def _top_logprobs(request: ChatCompletionRequest | CompletionRequest) -> int | None:
+    """How many alternatives to report per token, or None (no log-probabilities)."""
+    if isinstance(request, ChatCompletionRequest):
+        return (request.top_logprobs or 0) if request.logprobs else None
+    return request.logprobs

@@ -27,7 +27,7 @@ import torch
 from sparkfold.config import EngineSettings
 from sparkfold.engines.generator import EngineFailure
 from sparkfold.engines.models import ModelSource, resolve_model
-from sparkfold.engines.sampling import sample
+from sparkfold.engines.sampling import sample, token_logprob
 from sparkfold.engines.tensor_parallel import Link, Op, Rendezvous, meet, split_mlps
 from sparkfold.engines.threaded import EngineBroken, Job, ThreadedEngine
 
@@ -189,6 +189,7 @@ class TransformersGenerator(ThreadedEngine[_Job]):
     """Rank 0's generator: requests in, token ids out, one engine thread."""
 
     backend = "transformers"
+    supports_logprobs = True
     job_type = _Job
 
     def __init__(
@@ -249,9 +250,12 @@ class TransformersGenerator(ThreadedEngine[_Job]):
             logits = self._runner.forward(job.slot, job.prompt, job.params.prefill_inputs)
         else:
             logits = self._runner.forward(job.slot, [job.last])
+        raw = logits
         if job.params.constraint is not None:
             logits = _constrained(logits, job.params.constraint, job.last)
         token = sample(logits, job.params, job.rng)
+        if job.params.logprobs is not None:
+            job.params.logprobs_out.append(token_logprob(raw, token, job.params.logprobs))
         job.produced += 1
         job.last = token
         job.emit(token)

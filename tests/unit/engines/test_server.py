@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
+import time
+from collections.abc import AsyncIterator
 
 import pytest
 from fastapi.testclient import TestClient
 from tests.fakes.fake_engine import FakeGenerator
 
+from sparkfold.engines.generator import SamplingParams
 from sparkfold.engines.server import create_app
 from sparkfold.engines.serving import EngineService
 from sparkfold.protocol import (
@@ -102,7 +107,7 @@ def test_sampling_fields_reach_the_engine(fake: FakeGenerator) -> None:
         ({"messages": "hello"}, "messages"),
         ({"messages": []}, "messages"),
         ({"messages": [{"role": "wizard", "content": "x"}]}, "messages.0.role"),
-        ({**CHAT, "n": 2}, "n"),
+        ({**CHAT, "n": 17}, "n"),
         ({**CHAT, "stream": "yes please"}, "stream"),
     ],
 )
@@ -348,3 +353,58 @@ def test_rendering_runs_off_the_event_loop(fake: FakeGenerator) -> None:
         finally:
             release.set()
             worker.join(timeout=30)
+
+
+def test_several_choices_keep_their_one_lane(fake: FakeGenerator) -> None:
+    """n=3 streamed on a one-lane engine: a request waiting for the lane starts only after the third choice,
+    never between two of them (it would take the lane the next choice needs)."""
+    fake.parallel = 1
+    started, gate = threading.Event(), threading.Event()
+    service = EngineService(fake, served_name="fake-model", max_tokens=4)  # type: ignore[arg-type]
+    original = fake.generate
+
+    async def gated(
+        prompt_ids: list[int], params: SamplingParams, cancel: threading.Event
+    ) -> AsyncIterator[int]:
+        if not started.is_set():  # the first choice waits until the other request is queued
+            started.set()
+            for _ in range(1000):
+                if gate.is_set():
+                    break
+                await asyncio.sleep(0.01)
+        async for token in original(prompt_ids, params, cancel):
+            yield token
+
+    fake.generate = gated  # type: ignore[method-assign]
+    first = {
+        "messages": [{"role": "user", "content": "first"}],
+        "n": 3,
+        "seed": 7,
+        "max_tokens": 4,
+        "stream": True,
+    }
+    second = {"messages": [{"role": "user", "content": "second"}], "max_tokens": 4}
+    replies: dict[str, int] = {}
+
+    def post(key: str, body: dict[str, object]) -> None:
+        replies[key] = client.post("/v1/chat/completions", json=body).status_code
+
+    with TestClient(create_app(service)) as client:
+        a = threading.Thread(target=post, args=("a", first))
+        a.start()
+        assert started.wait(timeout=120)  # the first request may import xgrammar
+        b = threading.Thread(target=post, args=("b", second))
+        b.start()
+        for _ in range(1000):  # bounded: until the second request waits for the lane
+            if service._lane_waiters:
+                break
+            time.sleep(0.01)
+        queued = bool(service._lane_waiters)
+        gate.set()
+        a.join(timeout=30)
+        b.join(timeout=30)
+    assert queued, "the second request never waited for the lane"
+    assert replies == {"a": 200, "b": 200}
+    order = [b"second" in bytes(i for i in ids if i < 256) for ids, _ in fake.seen]
+    assert order == [False, False, False, True]
+    assert [params.seed for _, params in fake.seen[:3]] == [7, 8, 9]

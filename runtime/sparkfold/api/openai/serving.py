@@ -14,11 +14,12 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from sparkfold.api.capabilities import refuse_unsupported
 from sparkfold.api.chat_stream import DONE, ChatEvent, ChatStream
 from sparkfold.api.context import CallContext
 from sparkfold.api.errors import ApiError, ClientError, InvalidRequest, NotFound
 from sparkfold.api.lanes import at_the_head
-from sparkfold.api.limits import MediaLimits, check_media, check_sampling
+from sparkfold.api.limits import MediaLimits, check_media
 from sparkfold.api.metrics import Metrics
 from sparkfold.api.openai.protocol import (
     ChatCompletionRequest,
@@ -118,8 +119,7 @@ class ChatServing:
         self.served_name = served_name
 
     def prepare(self, request: ChatCompletionRequest, call: CallContext) -> PreparedChat | ClientError:
-        error = check_sampling(n=request.n, logprobs=request.logprobs, top_logprobs=request.top_logprobs)
-        error = error or check_priority(request.priority) or check_media(request.messages, self.limits)
+        error = check_priority(request.priority) or check_media(request.messages, self.limits)
         if error is not None:
             return error
         extra = request.model_extra or {}
@@ -200,6 +200,11 @@ class ChatServing:
         prepared = self.prepare(request, call)
         if isinstance(prepared, ApiError):
             return prepared
+        refused = await refuse_unsupported(
+            self.engine, n=request.n, logprobs=request.logprobs, top_logprobs=request.top_logprobs
+        )
+        if refused is not None:
+            return refused
         if not request.stream:
             return await self.complete(prepared, call)
         stream = await self.open(prepared, call)
@@ -240,7 +245,14 @@ class CompletionServing:
     async def create(
         self, request: CompletionRequest, call: CallContext
     ) -> dict[str, Any] | ApiError | EventStream:
-        error = check_sampling(n=request.n, logprobs=request.logprobs, top_logprobs=None)
+        prompts = (
+            len(request.prompt)
+            if isinstance(request.prompt, list) and isinstance(request.prompt[0], (str, list))
+            else 1
+        )
+        error = await refuse_unsupported(
+            self.engine, n=request.n, logprobs=request.logprobs, top_logprobs=None, prompts=prompts
+        )
         if error is not None:
             return error
         log_ignored(request, call)
