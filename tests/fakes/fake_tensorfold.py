@@ -299,6 +299,16 @@ class Handler(BaseHTTPRequestHandler):
             (self.engine.working.clear if self.path == "/fake/wedge" else self.engine.working.set)()
             self.send_json(200, {"wedged": not self.engine.working.is_set()})
             return
+        if self.path in ("/tokenize", "/v1/tokenize"):  # 0.6.3+: vLLM's fields, counted as the chat counts
+            try:
+                count = len(prompt_tokens(json.loads(raw)))
+            except (ValueError, AttributeError):
+                self.send_json(*error(400, "body is not a JSON object"))
+                return
+            self.send_json(
+                200, {"count": count, "max_model_len": self.engine.context, "tokens": list(range(count))}
+            )
+            return
         if self.path not in ("/v1/chat/completions", "/v1/completions"):
             self.send_json(*error(404, f"no route {self.path}"))
             return

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import httpx
 import pytest
 from tests.fakes.scripted_engine import ServerThread, free_port
@@ -243,3 +244,66 @@ def test_gateway_lanes_follow_an_engine_with_parallel_4(tmp_path: Path) -> None:
             for stream in [*streams, fifth]:
                 assert stream.done().rstrip().endswith("data: [DONE]") and stream.status == 200
             assert "tensorfold_health:pool_tokens 2922496" in client.get("/metrics").text
+
+
+def test_the_gateway_refuses_what_tensorfold_cannot_give_naming_it() -> None:
+    """TensorFold's /v1/models card has no capabilities block: log-probabilities, several choices and
+    a list of prompts are a 400 that names the engine, before a lane is taken."""
+    with standin() as engine:
+        settings = parse(
+            {
+                "engine": {
+                    "kind": "tensorfold",
+                    "model": "/models/glm",
+                    "served_name": "glm",
+                    "port": engine.port,
+                },
+                "api": {"host": "127.0.0.1", "port": 1},
+            }
+        )
+        with ServerThread(create_app(settings)) as gateway:
+            client = httpx.Client(base_url=gateway.url, timeout=DEADLINE_S)
+            asks = [
+                ("/v1/chat/completions", CHAT | {"n": 2}, "n"),
+                ("/v1/chat/completions", CHAT | {"logprobs": True}, "logprobs"),
+                ("/v1/chat/completions", CHAT | {"logprobs": True, "top_logprobs": 2}, "logprobs"),
+                ("/v1/completions", {"prompt": ["a", "b"], "max_tokens": 2}, "prompt"),
+                ("/v1/completions", {"prompt": "a", "max_tokens": 2, "logprobs": 1}, "logprobs"),
+            ]
+            for path, body, param in asks:
+                reply = client.post(path, json=body)
+                assert reply.status_code == 400, (body, reply.text)
+                error = reply.json()["error"]
+                assert error["param"] == param and "tensorfold engine" in error["message"], error
+            assert (engine.health() or {})["requests_total"] == 0  # none reached the engine
+            assert client.post("/v1/chat/completions", json=CHAT).status_code == 200
+
+
+def test_anthropic_message_start_counts_the_prompt_with_tensorfold_tokenize() -> None:
+    """TensorFold puts no prompt usage on its first chunk: the gateway counts the prompt with the
+    engine's /tokenize, so message_start (sent while the engine still holds the reply after its
+    first chunk) carries what the engine bills as input tokens."""
+    with standin(FAKE_TENSORFOLD_HOLD="1") as engine:
+        settings = parse(
+            {
+                "engine": {
+                    "kind": "tensorfold",
+                    "model": "/models/glm",
+                    "served_name": "glm",
+                    "port": engine.port,
+                },
+                "api": {"host": "127.0.0.1", "port": 1},
+            }
+        )
+        with ServerThread(create_app(settings)) as gateway:
+            claude = anthropic.Anthropic(base_url=gateway.url, api_key="unused", max_retries=0)
+            ask: Any = [{"role": "user", "content": "hello there"}]
+            stream = claude.messages.create(model="glm", max_tokens=4, messages=ask, stream=True)
+            events = iter(stream)
+            start = next(events)
+            assert start.type == "message_start"
+            engine.release()
+            assert [e.type for e in events][-1] == "message_stop"
+            billed = claude.messages.create(model="glm", max_tokens=4, messages=ask).usage.input_tokens
+            assert billed > 0 and start.message.usage.input_tokens == billed
+            assert claude.messages.count_tokens(model="glm", messages=ask).input_tokens == billed
