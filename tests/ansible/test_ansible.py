@@ -121,6 +121,7 @@ def test_example_inventory_renders_a_valid_pair(repo: Path, example_render: Path
     assert (head.node.rank, worker.node.rank) == (0, 1)
     assert (head.fabric.address, head.fabric.peer) == (worker.fabric.peer, worker.fabric.address)
     assert str(head.fabric.address) == "192.0.2.1" and head.engine.kind == "tensorfold"
+    assert head.api.cors_allowed_origins == []  # no CORS headers unless origins are named
     assert engine_fingerprint(head) == engine_fingerprint(worker)
     # One folder per pinned commit (weights.yml), as examples/spark-pair/ writes it out.
     assert head.engine.model == load(repo / "examples/spark-pair/head.toml").engine.model
@@ -143,6 +144,13 @@ def test_the_gateway_lanes_follow_the_engine_unless_set_lower(
     render_example(repo, tmp_path, "-e", overrides)
     head = load(tmp_path / "spark-head/sparkfold.toml")
     assert (head.engine.parallel, head.api.parallel, head.api.max_queued) == (engine, lanes, queued)
+
+
+def test_cors_allowed_origins_reach_the_gateway_settings(repo: Path, tmp_path: Path) -> None:
+    """The role renders api.cors_allowed_origins (the example leaves it empty: no CORS headers)."""
+    origins = ["https://app.example", "http://127.0.0.1:5173"]
+    render_example(repo, tmp_path, "-e", json.dumps({"sparkfold_api_cors_allowed_origins": origins}))
+    assert load(tmp_path / "spark-head/sparkfold.toml").api.cors_allowed_origins == origins
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="needs systemd-analyze")
