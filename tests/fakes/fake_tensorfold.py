@@ -413,7 +413,13 @@ class Handler(BaseHTTPRequestHandler):
             if i == 0:
                 self.hold()
         if include_usage:
-            chunk = {"object": "chat.completion.chunk", "choices": [], "usage": usage}
+            chunk = {
+                "id": "chatcmpl-fake",
+                "object": "chat.completion.chunk",
+                "model": self.engine.name,
+                "choices": [],
+                "usage": usage,
+            }
             self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
         if BROKEN != "done":
             self.wfile.write(b"data: [DONE]\n\n")

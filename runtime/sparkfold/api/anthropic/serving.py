@@ -40,19 +40,42 @@ class MessagesServing:
         stream = await self.chat.open(prepared, call)
         if isinstance(stream, ApiError):
             return stream
-        events = anthropic_sse(stream, model=request.model, stop_sequences=request.stop_sequences)
+
+        async def count_input() -> int | None:
+            """The prompt's tokens, for an engine whose first chunk has none (TensorFold): its
+            ``/tokenize``, inside the lane this stream already holds; None if it cannot say."""
+            body = _tokenize_body(request)
+            if isinstance(body, InvalidRequest):
+                return None
+            try:
+                answer = await self.engine.post_reply("/tokenize", body, TokenizeResponse)
+            except ApiError:
+                return None
+            return answer.count
+
+        events = anthropic_sse(
+            stream, model=request.model, stop_sequences=request.stop_sequences, count_input=count_input
+        )
         return EventStream(events, stream.aclose, self.chat.metrics.cancelled.inc)
 
     async def count_tokens(self, request: CountTokensRequest, call: CallContext) -> dict[str, Any] | ApiError:
         log_ignored(request, call)
-        prompt = prompt_of(request)
-        if isinstance(prompt, InvalidRequest):
-            return prompt
-        messages, tools = prompt
-        body: dict[str, Any] = {"messages": messages}
-        if tools and (request.tool_choice or {}).get("type") != "none":
-            body["tools"] = tools  # the prompt shows them: they count
+        body = _tokenize_body(request)
+        if isinstance(body, InvalidRequest):
+            return body
         result = await tokenizer_call(self.engine, call, "/tokenize", body, TokenizeResponse)
         if isinstance(result, ApiError):
             return result
         return {"input_tokens": result["count"]}
+
+
+def _tokenize_body(request: MessagesRequest | CountTokensRequest) -> dict[str, Any] | InvalidRequest:
+    """The engine ``/tokenize`` body that counts the request's prompt (tools included when shown)."""
+    prompt = prompt_of(request)
+    if isinstance(prompt, InvalidRequest):
+        return prompt
+    messages, tools = prompt
+    body: dict[str, Any] = {"messages": messages}
+    if tools and (request.tool_choice or {}).get("type") != "none":
+        body["tools"] = tools  # the prompt shows them: they count
+    return body

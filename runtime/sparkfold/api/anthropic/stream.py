@@ -8,7 +8,7 @@ engine error after the stream opened becomes an ``error`` event, which ends the 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from sparkfold.api.anthropic.translate import anthropic_usage, stop_of
@@ -59,8 +59,7 @@ class _Blocks:
         )
 
 
-def _message_start(model: str, usage: Any) -> bytes:
-    input_tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+def _message_start(model: str, input_tokens: int | None) -> bytes:
     return event(
         "message_start",
         {
@@ -80,8 +79,15 @@ def _message_start(model: str, usage: Any) -> bytes:
 
 
 async def anthropic_sse(
-    batches: AsyncIterable[list[ChatEvent]], *, model: str, stop_sequences: list[str] | None
+    batches: AsyncIterable[list[ChatEvent]],
+    *,
+    model: str,
+    stop_sequences: list[str] | None,
+    count_input: Callable[[], Awaitable[int | None]] | None = None,
 ) -> AsyncIterator[bytes]:
+    """The Anthropic stream of a chat stream. ``message_start`` carries the prompt's tokens from the
+    engine's first chunk (our engines put them there); an engine that does not (TensorFold) has them
+    counted by ``count_input`` (its ``/tokenize``), else 0."""
     blocks = _Blocks()
     finish: dict[str, Any] = {}
     usage: dict[str, Any] = {}
@@ -89,7 +95,11 @@ async def anthropic_sse(
     async for item in each_event(batches):
         if not started:  # after the engine's first chunk: it carries the prompt's token count
             started = True
-            yield _message_start(model, getattr(batches, "usage", None))
+            opening = getattr(batches, "usage", None)
+            input_tokens = opening.get("prompt_tokens") if isinstance(opening, dict) else None
+            if not isinstance(input_tokens, int) and count_input is not None:
+                input_tokens = await count_input()
+            yield _message_start(model, input_tokens)
         if item is None:
             yield PING
             continue
