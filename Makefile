@@ -60,9 +60,15 @@ unit: venv
 
 # The two-node testbed (root; debootstrap + systemd-nspawn), provisioned by the same site.yml as a
 # real pair; the verify stage prints a curl line that works as pasted.
+# ENGINE=transformers (default): the CPU engine and the demo model, one rank per node.
+# ENGINE=tensorfold: the production engine kind, its image built on the head (the TensorFold
+# stand-in) and one rank per node under Docker (inventory/testbed-tensorfold.yml). Either re-converges
+# the same pair.
+ENGINE ?= transformers
 demo: venv
+	@case "$(ENGINE)" in transformers|tensorfold) ;; *) echo "ENGINE=$(ENGINE): use ENGINE=transformers (the default) or ENGINE=tensorfold" >&2; exit 2;; esac
 	$(VENV)/bin/ansible-playbook playbooks/testbed.yml
-	$(VENV)/bin/ansible-playbook site.yml
+	$(VENV)/bin/ansible-playbook site.yml $(if $(filter tensorfold,$(ENGINE)),-e @inventory/testbed-tensorfold.yml)
 	@echo; echo "The API, as pasted:"; cat .cache/control/testbed-curl.txt
 
 demo-down: venv

@@ -281,6 +281,16 @@ class TensorfoldSettings(_Section):
     shm_size: str = Field(
         "16g", pattern=r"^[0-9]+[bkmg]?$", description="the container's /dev/shm size (docker launcher)"
     )
+    gpus: bool = Field(
+        True,
+        description="docker run --gpus all, and preflight's GPU and NVIDIA runtime checks; "
+        "false only where the rank uses no GPU (the testbed's stand-in)",
+    )
+    rdma: bool = Field(
+        True,
+        description="docker run --device /dev/infiniband with locked memory (memlock, IPC_LOCK) for NCCL "
+        "over RoCE; false only where the ranks use no RDMA (the testbed's stand-in)",
+    )
     kernel_cache_dir: Path | None = Field(
         None, description="compiled kernels, one folder per image; unset = <paths.cache_dir>/tensorfold"
     )

@@ -11,7 +11,19 @@ from collections.abc import Callable
 
 import httpx
 import pytest
-from testbed_kit import API, HEAD, WORKER, Run, restarts_issued, ssh, starts_since, unit, wait_for
+from testbed_kit import (
+    API,
+    HEAD,
+    WORKER,
+    Run,
+    chat_answers,
+    invocations,
+    restarts_issued,
+    ssh,
+    starts_since,
+    unit,
+    wait_for,
+)
 
 # One testbed per session: the first test also waits for the first converge (minutes on a busy host).
 pytestmark = [pytest.mark.testbed, pytest.mark.slow, pytest.mark.netns, pytest.mark.timeout(1800)]
@@ -25,31 +37,9 @@ def assert_nothing_changed(run: Run) -> None:
     assert sum(run.changed.values()) == 0, f"changed: {run.changed}"
 
 
-def chat_answers(api_key: str) -> bool:
-    from openai import OpenAI, OpenAIError
-
-    client = OpenAI(base_url=f"{API}/v1", api_key=api_key, timeout=60, max_retries=0)
-    try:
-        reply = client.chat.completions.create(
-            model="SmolLM2-135M-Instruct",
-            messages=[{"role": "user", "content": "Say hello."}],
-            max_tokens=8,
-            temperature=0,
-        )
-    except OpenAIError:
-        return False
-    return bool(reply.choices[0].message.content)
-
-
 def test_first_converge_succeeds(first_converge: Run) -> None:
     first_converge.must_succeed()
     assert set(first_converge.stats.get("ok", {})) == NODES
-
-
-def invocations() -> dict[str, str]:
-    """Each unit's InvocationID: a new one means systemd (re)started it."""
-    ids = {f"{node} engine": unit(node, "sparkfold-engine")["InvocationID"] for node in (HEAD, WORKER)}
-    return ids | {"api": unit(HEAD, "sparkfold-api")["InvocationID"]}
 
 
 def test_second_converge_changes_nothing(converge: Callable[..., Run]) -> None:

@@ -29,8 +29,11 @@ def meminfo(real: str) -> str:
 
 
 @pytest.fixture
-def serving_spark_memory(first_converge: Run) -> Iterator[None]:
-    first_converge.must_succeed()
+def serving_spark_memory(converge: Callable[..., Run]) -> Iterator[None]:
+    # The engine unit's ExecStartPre checks the same thresholds (SPARKFOLD_MIN_MEMORY_GIB): put them
+    # in place while the nodes still show their own memory, and let the restarted ranks settle.
+    converge(extravars=NEEDS).must_succeed()
+    wait_for("both ranks serving", engines_active, timeout_s=600, every_s=3)
     for node in (HEAD, WORKER):
         fake = meminfo(ssh(node, "cat /proc/meminfo"))
         ssh(node, "cat > /run/serving-meminfo && mount --bind /run/serving-meminfo /proc/meminfo", stdin=fake)
@@ -50,7 +53,6 @@ def engines_active() -> bool:
 def test_a_serving_pair_re_runs_with_a_serving_sparks_memory(
     serving_spark_memory: None, converge: Callable[..., Run]
 ) -> None:
-    wait_for("both ranks serving", engines_active, timeout_s=600, every_s=3)
     assert ssh(WORKER, "grep MemAvailable /proc/meminfo").split()[1] == str(8 * GIB_KB)
     run = converge(extravars=NEEDS).must_succeed()
     assert sum(run.changed.values()) == 0, f"changed: {run.changed}"
@@ -66,5 +68,7 @@ def test_a_stopped_rank_is_refused_with_a_serving_sparks_memory(
         words = " ".join(run.output.split())
         assert "sftb-worker" in words and "only 8.0 GiB memory available (need 12)" in words, words[-3000:]
     finally:
+        # Its memory back (the overlay off), or ExecStartPre would refuse the start in the same words.
+        ssh(WORKER, "umount /proc/meminfo", check=False)
         ssh(WORKER, "systemctl start --no-block sparkfold-engine")
         wait_for("the worker's rank back", engines_active, timeout_s=600, every_s=3)

@@ -23,6 +23,7 @@ KEY = REPO / ".cache/testbed/id_ed25519"
 HEAD, WORKER = "198.51.100.11", "198.51.100.12"
 ADMIN = "sparkfold-admin"  # inventory/testbed/hosts.yml: the nodes' admin login (passwordless sudo)
 API = f"http://{HEAD}:8888"
+SERVED_NAME = "SmolLM2-135M-Instruct"  # inventory/testbed: the same name for either engine kind
 
 
 @dataclass
@@ -53,6 +54,7 @@ def play(
     extravars: dict[str, Any] | None = None,
     check: bool = False,
     inventory: str = "inventory/testbed",
+    verbosity: int = 0,
 ) -> Run:
     import ansible_runner  # heavy; only the testbed needs it
 
@@ -67,6 +69,7 @@ def play(
         tags=tags or None,
         skip_tags=skip_tags or None,
         cmdline="--check" if check else None,
+        verbosity=verbosity or None,
         envvars={
             "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
             "ANSIBLE_NOCOLOR": "1",
@@ -139,3 +142,30 @@ def wait_for(what: str, probe: Callable[[], bool], timeout_s: float = 300, every
             return
         time.sleep(every_s)
     pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
+
+
+def chat_reply(api_key: str) -> str | None:
+    """One chat completion through the gateway on the head (the OpenAI SDK); None when it fails."""
+    from openai import OpenAI, OpenAIError
+
+    client = OpenAI(base_url=f"{API}/v1", api_key=api_key, timeout=60, max_retries=0)
+    try:
+        reply = client.chat.completions.create(
+            model=SERVED_NAME,
+            messages=[{"role": "user", "content": "Say hello."}],
+            max_tokens=8,
+            temperature=0,
+        )
+    except OpenAIError:
+        return None
+    return reply.choices[0].message.content or None
+
+
+def chat_answers(api_key: str) -> bool:
+    return chat_reply(api_key) is not None
+
+
+def invocations() -> dict[str, str]:
+    """Each unit's InvocationID: a new one means systemd (re)started it."""
+    ids = {f"{node} engine": unit(node, "sparkfold-engine")["InvocationID"] for node in (HEAD, WORKER)}
+    return ids | {"api": unit(HEAD, "sparkfold-api")["InvocationID"]}

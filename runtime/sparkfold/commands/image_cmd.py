@@ -1,6 +1,12 @@
-"""``sparkfold image hash|apply|label|fetch|pull``: the engine image's patch series, for the image role."""
+"""``sparkfold image hash|apply|label|fetch|pull``: the engine image's patch series, for the image role.
+
+``hash --context DIR`` hashes a ready build context instead (the testbed's stand-in); its
+``profile.toml``, if any, says what that image supports.
+"""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import click
 
@@ -28,8 +34,15 @@ extra_option = click.option(
 
 @command.command("hash")
 @series_option
-@click.option("--base", metavar="IMAGE", required=True, help="Base image reference (by digest if pinned).")
+@click.option("--base", metavar="IMAGE", help="Base image reference (by digest if pinned).")
 @click.option("--ref", metavar="REF", required=True, help="TensorFold ref, e.g. v0.6.0@<commit sha>.")
+@click.option(
+    "--context",
+    "context_dir",
+    metavar="DIR",
+    type=click.Path(file_okay=False),
+    help="A ready build context (sparkfold_image_source: context): its files' digest stands for the base.",
+)
 @extra_option
 @click.option(
     "--external-source",
@@ -47,8 +60,9 @@ extra_option = click.option(
 @json_option
 def hash_(
     series_file: str,
-    base: str,
+    base: str | None,
     ref: str,
+    context_dir: str | None,
     extras: tuple[str, ...],
     external_source: str | None,
     external_files: tuple[str, ...],
@@ -56,10 +70,16 @@ def hash_(
     as_json: bool,
 ) -> None:
     """Print the image label: sha256 of base, ref, the ordered patches' content, and the extras."""
+    from sparkfold.image.context import context_digest
     from sparkfold.image.external import parse_file_pin
     from sparkfold.image.patches import LABEL, PatchError, hash_of, read_series
 
+    if (base is None) == (context_dir is None):
+        raise click.UsageError("give --base IMAGE (a TensorFold build) or --context DIR (a ready context)")
     try:
+        if context_dir is not None:
+            base = f"context:{context_digest(Path(context_dir))}"
+        assert base is not None
         series = read_series(series_file)
         external = None
         if external_source is not None:
@@ -76,20 +96,18 @@ def hash_(
                 "label": LABEL,
                 "hash": digest,
                 "patches": [p.name for p in series.patches],
-                "supports": _supports(series_file),
+                "supports": _supports(Path(context_dir or Path(series_file).parent) / "profile.toml"),
             }
         )
     else:
         click.echo(digest)
 
 
-def _supports(series_file: str) -> list[str]:
-    """The features the series' ``profile.toml`` (beside the series file) declares; none without one."""
-    from pathlib import Path
-
+def _supports(path: Path) -> list[str]:
+    """The features a ``profile.toml`` (beside the series file, or in a ready context) declares; none
+    without one."""
     from sparkfold.engines.tensorfold_profile import ProfileError, load_profile
 
-    path = Path(series_file).parent / "profile.toml"
     if not path.exists():
         return []
     try:

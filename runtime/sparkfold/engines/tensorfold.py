@@ -375,6 +375,9 @@ def _writable_mounts(settings: Settings) -> list[tuple[Path, Path]]:
 def docker_argv(settings: Settings, facts: FabricFacts | None, *, image_key: str | None = None) -> list[str]:
     """``docker run …`` for this rank: host network and IPC, GPUs, RDMA devices, locked memory.
 
+    GPUs and the RDMA devices with locked memory are what a real pair needs
+    (``engine.tensorfold.gpus`` / ``rdma``, both on by default); the testbed's stand-in turns them off.
+
     The model (and a drafter directory) are mounted read-only at the same path, so the command is
     the same as on the host; the kernel cache is mounted at ``/cache``. ``--init`` forwards
     ``docker stop``'s SIGTERM to the rank (a Python PID 1 would ignore it); ``--pull never``
@@ -382,8 +385,12 @@ def docker_argv(settings: Settings, facts: FabricFacts | None, *, image_key: str
     """
     tf = settings.engine.tensorfold
     argv = [DOCKER, "run", "--rm", "--init", "--pull", "never", "--name", tf.container_name]
-    argv += ["--network", "host", "--ipc", "host", "--gpus", "all", "--device", "/dev/infiniband"]
-    argv += ["--ulimit", "memlock=-1", "--ulimit", f"stack={STACK_BYTES}", "--cap-add", "IPC_LOCK"]
+    argv += ["--network", "host", "--ipc", "host"]
+    argv += ["--gpus", "all"] if tf.gpus else []
+    argv += ["--device", "/dev/infiniband"] if tf.rdma else []
+    argv += ["--ulimit", "memlock=-1"] if tf.rdma else []
+    argv += ["--ulimit", f"stack={STACK_BYTES}"]
+    argv += ["--cap-add", "IPC_LOCK"] if tf.rdma else []
     argv += ["--shm-size", tf.shm_size]
     if tf.display_kv_mib and tf.display_kv_backend == "drm":
         argv += ["--device", DRM_CARD]

@@ -13,6 +13,8 @@ Only what is about to be loaded or written is asked for, so a re-run on a servin
 stops on the memory and disk the pair itself uses:
 
 - total memory and the architecture are always checked (a node that can never run fails early);
+  the x86_64 testbed alone accepts its architecture for the tensorfold stand-in (``testbed_arch``,
+  reported as ``TESTBED OVERRIDE``);
 - available memory is checked only when no rank runs here (:mod:`sparkfold.node.serving`): the
   memory a serving rank holds is released when it restarts, and ``ExecStartPre`` checks it then;
 - free disk is checked for what is still missing: the threshold less the bytes the weights
@@ -85,10 +87,17 @@ def _check_os(root: Path) -> Check:
     return Check("os", False, f"{name} is not supported", "use Debian 12+ or Ubuntu 22.04+ (DGX OS)")
 
 
-def _check_arch(kind: str, machine: str) -> Check:
+def _check_arch(kind: str, machine: str, testbed_arch: str | None = None) -> Check:
     allowed = _ARCHITECTURES[kind]
     if machine in allowed:
         return Check("arch", True, machine)
+    if testbed_arch == machine:
+        return Check(
+            "arch",
+            True,
+            f"TESTBED OVERRIDE: {machine} cannot run the {kind} engine on a real node; accepted only "
+            f"because --testbed-arch {machine} is set (sparkfold_preflight_testbed_arch)",
+        )
     return Check(
         "arch",
         False,
@@ -212,7 +221,7 @@ def _check_gpu(run: Runner) -> Check:
     return Check("gpu", True, "; ".join(result.stdout.strip().splitlines()))
 
 
-def _check_docker(run: Runner) -> Check:
+def _check_docker(run: Runner, *, nvidia: bool = True) -> Check:
     result = run(["docker", "info", "--format", "{{json .Runtimes}}"])
     if result.returncode == 127:
         return Check(
@@ -225,6 +234,8 @@ def _check_docker(run: Runner) -> Check:
             "docker info failed: " + (result.stderr.strip().splitlines() or ["no output"])[0],
             "start the Docker daemon (systemctl start docker) and check this user may use it",
         )
+    if not nvidia:
+        return Check("docker", True, "Docker answers (engine.tensorfold.gpus is false: no NVIDIA runtime)")
     try:
         runtimes = json.loads(result.stdout or "{}")
     except json.JSONDecodeError:
@@ -246,8 +257,13 @@ def preflight(
     root: Path = Path("/"),
     machine: str | None = None,
     run: Runner = run_command,
+    testbed_arch: str | None = None,
 ) -> Report:
-    """Check this node for ``settings``; ``root``, ``machine`` and ``run`` let tests swap the host."""
+    """Check this node for ``settings``; ``root``, ``machine`` and ``run`` let tests swap the host.
+
+    ``testbed_arch`` accepts that one architecture for any engine kind (the x86_64 testbed running
+    the tensorfold stand-in); the check then passes with a detail that starts ``TESTBED OVERRIDE``.
+    """
     kind = settings.engine.kind
     limits = thresholds or DEFAULT_THRESHOLDS[kind]
     running = serving(root)
@@ -260,16 +276,19 @@ def preflight(
         }
     )
     report.add(_check_os(root))
-    report.add(_check_arch(kind, machine or platform.machine()))
+    report.add(_check_arch(kind, machine or platform.machine(), testbed_arch))
     report.add(_check_memory_total(root, limits.memory_gib))
     report.add(_check_memory(root, limits.memory_gib, running, engine_fingerprint(settings)))
     report.add(_check_disk(settings, limits.disk_gib, running, run))
-    if kind in ("exllamav3", "tensorfold"):
+    gpus = kind == "exllamav3" or (kind == "tensorfold" and settings.engine.tensorfold.gpus)
+    if gpus:
         report.add(_check_gpu(run))
+    elif kind == "tensorfold":
+        report.add(Check("gpu", True, "engine.tensorfold.gpus is false: the rank gets no GPU", skipped=True))
     else:
         report.add(Check("gpu", True, f"not needed by the {kind} engine", skipped=True))
     if kind == "tensorfold":
-        report.add(_check_docker(run))
+        report.add(_check_docker(run, nvidia=settings.engine.tensorfold.gpus))
     else:
         report.add(Check("docker", True, f"not needed by the {kind} engine", skipped=True))
     return report

@@ -151,6 +151,17 @@ def test_unusable_settings_name_the_key(repo: Path, change: dict[str, Any], mess
         launch_plan(with_changes(example(repo, "head"), **change), FACTS)
 
 
+def test_gpus_and_rdma_can_be_left_out_of_the_docker_argv(repo: Path) -> None:
+    """The testbed's stand-in uses neither; a real pair's default (both) is the golden argv above."""
+    settings = with_changes(example(repo, "head"), **{"engine.tensorfold": {"gpus": False, "rdma": False}})
+    argv = launch_plan(settings, FACTS).argv
+    for gone in ("--gpus", "/dev/infiniband", "memlock=-1", "IPC_LOCK"):
+        assert gone not in argv
+    assert f"stack={67_108_864}" in argv and argv[argv.index("--network") + 1] == "host"
+    only_gpus = with_changes(example(repo, "head"), **{"engine.tensorfold": {"rdma": False}})
+    assert "--gpus" in launch_plan(only_gpus, FACTS).argv
+
+
 def test_docker_stop_uses_the_configured_timeout(repo: Path) -> None:
     assert docker_stop_argv(example(repo, "head")) == ["docker", "stop", "-t", "30", "sparkfold-engine"]
 

@@ -97,6 +97,25 @@ def test_tensorfold_node_with_everything_passes(tmp_path: Path, host: FakeHost) 
     assert report.ok, report.to_dict()
 
 
+def test_the_testbed_stand_in_needs_docker_but_no_gpu_and_its_arch_is_overridden_loudly(
+    tmp_path: Path, host: FakeHost
+) -> None:
+    host.answer(["docker", "info"], 0, {"runc": {}})
+    tensorfold = {"kind": "tensorfold", "tensorfold": {"gpus": False, "rdma": False}}
+    s = settings(engine=tensorfold, paths={"state_dir": str(tmp_path)})
+    root = fake_root(tmp_path)
+    refused = preflight(s, Thresholds(0, 0), root=root, machine="x86_64", run=host)
+    assert [c.name for c in refused.failures] == ["arch"]
+    report = preflight(s, Thresholds(0, 0), root=root, machine="x86_64", run=host, testbed_arch="x86_64")
+    assert report.ok, report.to_dict()
+    assert by_name(report.checks, "arch").detail.startswith("TESTBED OVERRIDE: x86_64 cannot run")
+    assert by_name(report.checks, "gpu").skipped and "gpus is false" in by_name(report.checks, "gpu").detail
+    assert {call[0] for call in host.calls} == {"docker"}  # no nvidia-smi
+    # The override names one architecture: it is no blanket pass.
+    other = preflight(s, Thresholds(0, 0), root=root, machine="riscv64", run=host, testbed_arch="x86_64")
+    assert [c.name for c in other.failures] == ["arch"]
+
+
 def test_command_json_and_exit_code(tmp_path: Path) -> None:
     config = tmp_path / "node.toml"
     config.write_text(f'[engine]\nmodel = "/m"\n[paths]\nstate_dir = "{tmp_path}"\n')

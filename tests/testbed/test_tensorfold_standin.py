@@ -1,0 +1,177 @@
+"""The ``tensorfold`` engine kind end to end on the testbed, image stage included, and its drills.
+
+The same two nodes the other modules converged are re-converged with
+``-e @inventory/testbed-tensorfold.yml``: the image role builds the TensorFold stand-in
+(tests/fakes/fake_tensorfold.py) on the head from the context ``playbooks/testbed.yml`` wrote
+(``sparkfold_image_source: context``), copies it to the worker over the fabric link, and each node's
+``sparkfold-engine`` runs its rank with ``docker run``: rank 0 on the head behind the gateway, rank 1
+on the worker, with the recipe's peer watch on. Then the drills, each recovering unattended within a
+bounded wait: Docker stopped on the worker, the worker's rank killed, the worker node restarted.
+
+Runs after every other testbed module (file order) and leaves the pair on the tensorfold kind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from testbed_kit import (
+    HEAD,
+    REPO,
+    WORKER,
+    Run,
+    chat_answers,
+    chat_reply,
+    invocations,
+    play,
+    ssh,
+    unit,
+    wait_for,
+)
+
+# One testbed per session: the first test also waits for the first converge (minutes on a busy host).
+pytestmark = [pytest.mark.testbed, pytest.mark.slow, pytest.mark.netns, pytest.mark.timeout(1800)]
+NODES = {"sftb-head", "sftb-worker"}
+TENSORFOLD: dict[str, Any] = yaml.safe_load((REPO / "inventory/testbed-tensorfold.yml").read_text())
+LABEL = "org.sparkfold.tensorfold.series"
+IMAGE = "sparkfold-tensorfold:v0.6.0"
+STANDIN_REPLY = "Hello from the fake engine."  # tests/fakes/fake_tensorfold.py REPLY
+# When the node's systemd started (its own clock since the boot): another value is another boot.
+BOOTED = "systemctl show -p UserspaceTimestampMonotonic --value"
+
+
+def engines_up() -> bool:
+    return (
+        all(
+            ssh(node, "systemctl is-active sparkfold-engine", check=False) == "active"
+            for node in (HEAD, WORKER)
+        )
+        and ssh(HEAD, "systemctl is-active sparkfold-api", check=False) == "active"
+    )
+
+
+def serves(api_key: str) -> None:
+    """Both ranks up and the gateway answering through them (bounded)."""
+    wait_for("both tensorfold ranks and the gateway active", engines_up, timeout_s=600, every_s=3)
+    wait_for(
+        "the gateway to answer through the stand-in", lambda: chat_answers(api_key), timeout_s=300, every_s=3
+    )
+
+
+def container(node: str) -> dict[str, Any]:
+    """``docker inspect`` of the node's rank container."""
+    return dict(json.loads(ssh(node, "docker inspect sparkfold-engine"))[0])
+
+
+@pytest.fixture(scope="module")
+def tensorfold_pair(first_converge: Run, artifacts: Path) -> Run:
+    first_converge.must_succeed()
+    return play(artifacts / "tensorfold-1", "site.yml", extravars=TENSORFOLD)
+
+
+@pytest.fixture
+def converge_tensorfold(
+    tensorfold_pair: Run, artifacts: Path, request: pytest.FixtureRequest
+) -> Callable[..., Run]:
+    tensorfold_pair.must_succeed()
+    counter = iter(range(1000))
+
+    def run(**kwargs: Any) -> Run:
+        name = f"{request.node.name}-{next(counter)}"
+        return play(artifacts / name, "site.yml", extravars=TENSORFOLD, **kwargs)
+
+    return run
+
+
+def test_the_tensorfold_kind_builds_its_image_and_serves_through_the_gateway(
+    tensorfold_pair: Run, api_key: str
+) -> None:
+    run = tensorfold_pair.must_succeed()
+    words = " ".join(run.output.split())
+    assert "built from the context" in words and "no TensorFold clone, tag check or patch series" in words
+    assert "WARNING: TESTBED OVERRIDE" in words  # the architecture override is never silent
+    serves(api_key)
+    assert chat_reply(api_key) == STANDIN_REPLY
+    # The image stage ran: the head built the image, the worker holds the same content (its copy).
+    labels = {
+        node: ssh(node, f"docker image inspect --format '{{{{json .Config.Labels}}}}' {IMAGE}")
+        for node in (HEAD, WORKER)
+    }
+    assert labels[HEAD] == labels[WORKER] and LABEL in json.loads(labels[HEAD])
+    layers = "docker image inspect --format '{{json .RootFS.Layers}}' " + IMAGE
+    assert ssh(HEAD, layers) == ssh(WORKER, layers)
+    # Rank 0 on the head, rank 1 on the worker, each in its container, the recipe's peer watch on.
+    for node, rank in ((HEAD, "0"), (WORKER, "1")):
+        rank_container = container(node)
+        args = rank_container["Args"]
+        assert args[args.index("--rank") + 1] == rank and args[args.index("--master") + 1] == "203.0.113.1"
+        env = set(rank_container["Config"]["Env"])
+        assert {"TENSORFOLD_PEER_TIMEOUT_S=20", "FAKE_TENSORFOLD_RENDEZVOUS=1"} <= env
+        assert rank_container["HostConfig"]["DeviceRequests"] in (None, [])  # gpus = false: no --gpus
+        journal = ssh(node, "journalctl -u sparkfold-engine -o cat --no-pager")
+        assert "TESTBED OVERRIDE" in journal  # ExecStartPre's preflight says it at every start
+
+
+def test_a_second_converge_at_vvv_changes_nothing_and_prints_no_key(
+    tensorfold_pair: Run, converge_tensorfold: Callable[..., Run], api_key: str
+) -> None:
+    serves(api_key)
+    before = invocations()
+    run = converge_tensorfold(verbosity=3).must_succeed()
+    assert set(run.stats.get("ok", {})) == NODES
+    assert sum(run.changed.values()) == 0, f"changed: {run.changed}"
+    assert invocations() == before, "a converge that changed nothing restarted a unit"
+    assert "ESTABLISH SSH CONNECTION" in run.output  # it is -vvv output
+    assert api_key not in run.output, "the API key is in the -vvv output"
+
+
+def rank_restarted(node: str, before: str) -> Callable[[], bool]:
+    def probe() -> bool:
+        now = unit(node, "sparkfold-engine")
+        return now["InvocationID"] != before and now["ActiveState"] == "active"
+
+    return probe
+
+
+def test_drill_stop_docker_on_the_worker(tensorfold_pair: Run, api_key: str) -> None:
+    serves(api_key)
+    before = unit(WORKER, "sparkfold-engine")["InvocationID"]
+    # The socket too, or the next docker command would start the daemon again at once.
+    ssh(WORKER, "systemctl stop docker.socket docker.service")
+    wait_for(
+        "the worker's rank restarted (its unit wants docker)", rank_restarted(WORKER, before), timeout_s=300
+    )
+    assert ssh(WORKER, "systemctl is-active docker") == "active"
+    serves(api_key)
+
+
+def test_drill_kill_the_worker_rank_leaves_no_stale_container(tensorfold_pair: Run, api_key: str) -> None:
+    serves(api_key)
+    before = unit(WORKER, "sparkfold-engine")
+    old_container = container(WORKER)["Id"]
+    ssh(WORKER, f"kill -9 {before['MainPID']}")  # the supervisor; its container lives on for now
+    wait_for("the worker's rank restarted", rank_restarted(WORKER, before["InvocationID"]), timeout_s=300)
+    serves(api_key)
+    assert container(WORKER)["Id"] != old_container
+
+
+def test_drill_restart_the_worker_node(tensorfold_pair: Run, artifacts: Path, api_key: str) -> None:
+    serves(api_key)
+    pidfile = REPO / ".cache/testbed/run/sftb-worker.pid"
+    pid = int(pidfile.read_text())
+    assert b"systemd-nspawn" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    booted = ssh(WORKER, BOOTED)
+    os.kill(pid, 15)  # SIGTERM to nspawn: the machine shuts down cleanly
+    wait_for(
+        "the worker machine to stop", lambda: not Path(f"/proc/{pid}").exists(), timeout_s=120, every_s=1
+    )
+    play(artifacts / "boot-worker", "playbooks/testbed.yml").must_succeed()  # boots what is not running
+    assert int(pidfile.read_text()) != pid
+    assert ssh(WORKER, BOOTED) != booted  # a new boot of the machine, not the old one answering
+    serves(api_key)  # the worker's rank started at boot (enabled) and the head's rank met it again
