@@ -89,3 +89,19 @@ def test_debian_12_gets_a_fixed_delay_and_no_unknown_keys(repo: Path, tmp_path: 
     assert directives(engine, "RestartSec") == ["5"]
     assert not directives(engine, "RestartSteps") and not directives(engine, "RestartMaxDelaySec")
     assert directives(engine, "StartLimitIntervalSec") == ["0"]
+
+
+def test_execstartpre_checks_the_inventorys_preflight_thresholds(repo: Path, tmp_path: Path) -> None:
+    """The unit's preflight asks what the provisioning asked (not the engine kind's defaults)."""
+    from sparkfold.commands.preflight_cmd import command
+
+    envvars = {param.name: param.envvar for param in command.params}
+    assert not [
+        e for e in directives(render(repo, tmp_path)["engine"], "Environment") if "SPARKFOLD_MIN" in e
+    ]
+    knobs = '{"sparkfold_preflight_min_memory_gib": 100, "sparkfold_preflight_testbed_arch": "x86_64"}'
+    engine = render(repo, tmp_path, knobs)["engine"]
+    environment = directives(engine, "Environment")
+    assert f"{envvars['min_memory_gib']}=100.0" in environment
+    assert f"{envvars['testbed_arch']}=x86_64" in environment
+    assert not [e for e in environment if e.startswith(str(envvars["min_disk_gib"]))]  # 0: the kind's default
