@@ -13,6 +13,8 @@ Only what is about to be loaded or written is asked for, so a re-run on a servin
 stops on the memory and disk the pair itself uses:
 
 - total memory and the architecture are always checked (a node that can never run fails early);
+  the x86_64 testbed alone accepts its architecture for the tensorfold stand-in (``testbed_arch``,
+  reported as ``TESTBED OVERRIDE``);
 - available memory is checked only when no rank runs here (:mod:`sparkfold.node.serving`): the
   memory a serving rank holds is released when it restarts, and ``ExecStartPre`` checks it then;
 - free disk is checked for what is still missing: the threshold less the bytes the weights
@@ -85,10 +87,17 @@ def _check_os(root: Path) -> Check:
     return Check("os", False, f"{name} is not supported", "use Debian 12+ or Ubuntu 22.04+ (DGX OS)")
 
 
-def _check_arch(kind: str, machine: str) -> Check:
+def _check_arch(kind: str, machine: str, testbed_arch: str | None = None) -> Check:
     allowed = _ARCHITECTURES[kind]
     if machine in allowed:
         return Check("arch", True, machine)
+    if testbed_arch == machine:
+        return Check(
+            "arch",
+            True,
+            f"TESTBED OVERRIDE: {machine} cannot run the {kind} engine on a real node; accepted only "
+            f"because --testbed-arch {machine} is set (sparkfold_preflight_testbed_arch)",
+        )
     return Check(
         "arch",
         False,
@@ -111,10 +120,11 @@ def _check_memory_total(root: Path, need: float) -> Check:
     have = _meminfo_gib(root, "MemTotal")
     if have is None:
         return Check("memory_total", False, "MemTotal not found in /proc/meminfo", "run on Linux")
-    return Check.measured(
+    if have >= need:
+        return Check("memory_total", True, f"{have:.1f} GiB in all (need {need:g})")
+    return Check(
         "memory_total",
-        have >= need,
-        f"{have:.1f} GiB in all (need {need:g})",
+        False,
         f"this node has {have:.1f} GiB of memory in all; the engine needs {need:g} available",
         "run the engine on a node with more memory (a DGX Spark has 128 GB), or lower engine.context",
     )
@@ -133,10 +143,12 @@ def _check_memory(root: Path, need: float, running: Serving | None, fingerprint:
     have = _meminfo_gib(root, "MemAvailable")
     if have is None:
         return Check("memory", False, "MemAvailable not found in /proc/meminfo", "run on Linux 3.14 or later")
-    return Check.measured(
+    detail = f"{have:.1f} GiB available (need {need:g})"
+    if have >= need:
+        return Check("memory", True, detail)
+    return Check(
         "memory",
-        have >= need,
-        f"{have:.1f} GiB available (need {need:g})",
+        False,
         f"only {have:.1f} GiB memory available (need {need:g})",
         "stop other workloads on this node (docker ps, nvidia-smi), or lower engine.context",
     )
@@ -183,12 +195,13 @@ def _check_disk(settings: Settings, need: float, running: Serving | None, run: R
     present = (_tree_bytes(Path(settings.engine.model)) + _image_bytes(settings, run)) / GIB
     missing = max(0.0, need - present)
     held = f", {present:.1f} GiB of it already here (weights, image)" if present else ""
-    wanted = f"under {where} (need {missing:.1f} more of {need:g}{held})"
-    return Check.measured(
+    detail = f"{have:.1f} GiB free under {where} (need {missing:.1f} more of {need:g}{held})"
+    if have >= missing:
+        return Check("disk", True, detail)
+    return Check(
         "disk",
-        have >= missing,
-        f"{have:.1f} GiB free {wanted}",
-        f"only {have:.1f} GiB free {wanted}",
+        False,
+        f"only {have:.1f} GiB free under {where} (need {missing:.1f} more of {need:g}{held})",
         "free space there, or point paths.state_dir at a larger disk",
     )
 
@@ -208,7 +221,7 @@ def _check_gpu(run: Runner) -> Check:
     return Check("gpu", True, "; ".join(result.stdout.strip().splitlines()))
 
 
-def _check_docker(run: Runner) -> Check:
+def _check_docker(run: Runner, *, nvidia: bool = True) -> Check:
     result = run(["docker", "info", "--format", "{{json .Runtimes}}"])
     if result.returncode == 127:
         return Check(
@@ -221,6 +234,8 @@ def _check_docker(run: Runner) -> Check:
             "docker info failed: " + (result.stderr.strip().splitlines() or ["no output"])[0],
             "start the Docker daemon (systemctl start docker) and check this user may use it",
         )
+    if not nvidia:
+        return Check("docker", True, "Docker answers (engine.tensorfold.gpus is false: no NVIDIA runtime)")
     try:
         runtimes = json.loads(result.stdout or "{}")
     except json.JSONDecodeError:
@@ -242,8 +257,13 @@ def preflight(
     root: Path = Path("/"),
     machine: str | None = None,
     run: Runner = run_command,
+    testbed_arch: str | None = None,
 ) -> Report:
-    """Check this node for ``settings``; ``root``, ``machine`` and ``run`` let tests swap the host."""
+    """Check this node for ``settings``; ``root``, ``machine`` and ``run`` let tests swap the host.
+
+    ``testbed_arch`` accepts that one architecture for any engine kind (the x86_64 testbed running
+    the tensorfold stand-in); the check then passes with a detail that starts ``TESTBED OVERRIDE``.
+    """
     kind = settings.engine.kind
     limits = thresholds or DEFAULT_THRESHOLDS[kind]
     running = serving(root)
@@ -256,16 +276,19 @@ def preflight(
         }
     )
     report.add(_check_os(root))
-    report.add(_check_arch(kind, machine or platform.machine()))
+    report.add(_check_arch(kind, machine or platform.machine(), testbed_arch))
     report.add(_check_memory_total(root, limits.memory_gib))
     report.add(_check_memory(root, limits.memory_gib, running, engine_fingerprint(settings)))
     report.add(_check_disk(settings, limits.disk_gib, running, run))
-    if kind in ("exllamav3", "tensorfold"):
+    gpus = kind == "exllamav3" or (kind == "tensorfold" and settings.engine.tensorfold.gpus)
+    if gpus:
         report.add(_check_gpu(run))
+    elif kind == "tensorfold":
+        report.add(Check("gpu", True, "engine.tensorfold.gpus is false: the rank gets no GPU", skipped=True))
     else:
         report.add(Check("gpu", True, f"not needed by the {kind} engine", skipped=True))
     if kind == "tensorfold":
-        report.add(_check_docker(run))
+        report.add(_check_docker(run, nvidia=settings.engine.tensorfold.gpus))
     else:
         report.add(Check("docker", True, f"not needed by the {kind} engine", skipped=True))
     return report
