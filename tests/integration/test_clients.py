@@ -331,6 +331,28 @@ def test_logprobs_and_several_choices(served: Served) -> None:
     )
     assert 0 < streamed <= chunks[-1].usage.completion_tokens  # type: ignore[union-attr]
 
+    several = list(
+        oai.chat.completions.create(
+            model=served.name,
+            messages=ASK,  # type: ignore[arg-type]
+            max_tokens=4,
+            temperature=1.0,
+            seed=1,
+            n=2,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    finished = {
+        c.choices[0].index: c.choices[0].finish_reason
+        for c in several
+        if c.choices and c.choices[0].finish_reason
+    }
+    assert finished.keys() == {0, 1}, several  # each choice streams to its own end
+    usages = [c.usage for c in several if c.usage is not None]
+    assert len(usages) == 1 and several[-1].usage is usages[0] and not several[-1].choices
+    assert 2 <= usages[0].completion_tokens <= 8  # both choices counted, once
+
     texts = oai.completions.create(
         model=served.name, prompt=["Hello", "The sky is"], max_tokens=3, echo=True, n=2, temperature=0
     )
