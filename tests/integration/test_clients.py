@@ -9,6 +9,7 @@ boolean, a short string), so a forced reply ends within the token budget even on
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Iterator
@@ -296,16 +297,8 @@ def test_reasoning_tokens_are_counted(served: Served) -> None:
 
 def test_logprobs_and_several_choices(served: Served) -> None:
     oai = served.oai()
-    reply = oai.chat.completions.create(
-        model=served.name,
-        messages=ASK,  # type: ignore[arg-type]
-        max_tokens=4,
-        temperature=1.0,
-        seed=1,
-        n=2,
-        logprobs=True,
-        top_logprobs=2,
-    )
+    ask: Any = functools.partial(oai.chat.completions.create, model=served.name, messages=ASK, max_tokens=4)
+    reply = ask(temperature=1.0, seed=1, n=2, logprobs=True, top_logprobs=2)
     assert [c.index for c in reply.choices] == [0, 1]
     described = 0
     for choice in reply.choices:
@@ -316,33 +309,13 @@ def test_logprobs_and_several_choices(served: Served) -> None:
             assert entry.top_logprobs[0].logprob >= max(entry.logprob, entry.top_logprobs[1].logprob)
     assert reply.usage is not None and 0 < described <= reply.usage.completion_tokens <= 8
 
-    stream = oai.chat.completions.create(
-        model=served.name,
-        messages=ASK,  # type: ignore[arg-type]
-        max_tokens=4,
-        temperature=0,
-        logprobs=True,
-        stream=True,
-        stream_options={"include_usage": True},
-    )
-    chunks = list(stream)
+    chunks = list(ask(temperature=0, logprobs=True, stream=True, stream_options={"include_usage": True}))
     streamed = sum(
         len(c.choices[0].logprobs.content or []) for c in chunks if c.choices and c.choices[0].logprobs
     )
     assert 0 < streamed <= chunks[-1].usage.completion_tokens  # type: ignore[union-attr]
 
-    several = list(
-        oai.chat.completions.create(
-            model=served.name,
-            messages=ASK,  # type: ignore[arg-type]
-            max_tokens=4,
-            temperature=1.0,
-            seed=1,
-            n=2,
-            stream=True,
-            stream_options={"include_usage": True},
-        )
-    )
+    several = list(ask(temperature=1.0, seed=1, n=2, stream=True, stream_options={"include_usage": True}))
     finished = {
         c.choices[0].index: c.choices[0].finish_reason
         for c in several

@@ -96,6 +96,22 @@ def standin(*args: str, **env: str) -> Iterator[StandIn]:
         engine.stop()
 
 
+def gateway_settings(engine: StandIn, **engine_fields: Any) -> Any:
+    """The gateway's settings for a tensorfold engine at the stand-in's port."""
+    return parse(
+        {
+            "engine": {
+                "kind": "tensorfold",
+                "model": "/models/glm",
+                "served_name": "glm",
+                "port": engine.port,
+            }
+            | engine_fields,
+            "api": {"host": "127.0.0.1", "port": 1},
+        }
+    )
+
+
 class Stream:
     """A streamed chat request held open in a thread; ``first`` is set at its first event."""
 
@@ -250,17 +266,7 @@ def test_the_gateway_refuses_what_tensorfold_cannot_give_naming_it() -> None:
     """TensorFold's /v1/models card has no capabilities block: log-probabilities, several choices and
     a list of prompts are a 400 that names the engine, before a lane is taken."""
     with standin() as engine:
-        settings = parse(
-            {
-                "engine": {
-                    "kind": "tensorfold",
-                    "model": "/models/glm",
-                    "served_name": "glm",
-                    "port": engine.port,
-                },
-                "api": {"host": "127.0.0.1", "port": 1},
-            }
-        )
+        settings = gateway_settings(engine)
         with ServerThread(create_app(settings)) as gateway:
             client = httpx.Client(base_url=gateway.url, timeout=DEADLINE_S)
             asks = [
@@ -284,17 +290,7 @@ def test_anthropic_message_start_counts_the_prompt_with_tensorfold_tokenize() ->
     engine's /tokenize, so message_start (sent while the engine still holds the reply after its
     first chunk) carries what the engine bills as input tokens."""
     with standin(FAKE_TENSORFOLD_HOLD="1") as engine:
-        settings = parse(
-            {
-                "engine": {
-                    "kind": "tensorfold",
-                    "model": "/models/glm",
-                    "served_name": "glm",
-                    "port": engine.port,
-                },
-                "api": {"host": "127.0.0.1", "port": 1},
-            }
-        )
+        settings = gateway_settings(engine)
         with ServerThread(create_app(settings)) as gateway:
             claude = anthropic.Anthropic(base_url=gateway.url, api_key="unused", max_retries=0)
             ask: Any = [{"role": "user", "content": "hello there"}]
