@@ -14,6 +14,7 @@ import pytest
 from testbed_kit import (
     API,
     HEAD,
+    NODES,
     WORKER,
     Run,
     chat_answers,
@@ -27,14 +28,7 @@ from testbed_kit import (
 
 # One testbed per session: the first test also waits for the first converge (minutes on a busy host).
 pytestmark = [pytest.mark.testbed, pytest.mark.slow, pytest.mark.netns, pytest.mark.timeout(1800)]
-NODES = {"sftb-head", "sftb-worker"}
 MODEL = "/var/lib/sparkfold/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def assert_nothing_changed(run: Run) -> None:
-    run.must_succeed()
-    assert set(run.stats.get("ok", {})) == NODES
-    assert sum(run.changed.values()) == 0, f"changed: {run.changed}"
 
 
 def test_first_converge_succeeds(first_converge: Run) -> None:
@@ -44,12 +38,12 @@ def test_first_converge_succeeds(first_converge: Run) -> None:
 
 def test_second_converge_changes_nothing(converge: Callable[..., Run]) -> None:
     before = invocations()
-    assert_nothing_changed(converge())
+    converge().must_change_nothing()
     assert invocations() == before, "a converge that changed nothing restarted a unit"
 
 
 def test_check_mode_reports_nothing_to_change(converge: Callable[..., Run]) -> None:
-    assert_nothing_changed(converge(check=True))
+    converge(check=True).must_change_nothing()
 
 
 def test_weights_copy_is_repaired_and_both_ranks_restart(converge: Callable[..., Run]) -> None:

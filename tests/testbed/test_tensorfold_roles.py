@@ -29,23 +29,16 @@ from fake_hub import FakeHub, FakeRepo
 
 # One testbed per session: the first test also waits for the first converge (minutes on a busy host).
 pytestmark = [pytest.mark.testbed, pytest.mark.slow, pytest.mark.netns, pytest.mark.timeout(1800)]
-NODES = {"sftb-head", "sftb-worker"}
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 IMAGE_FILE = "/var/lib/fake-docker/image-sparkfold-tensorfold_v0.6.0"
 TENSORFOLD: dict[str, Any] = {"sparkfold_engine": "tensorfold"}
 CDN = "sftb-cdn.test"  # RFC 2606 name, in the head's /etc/hosts for the Hub test only
 
 
-def changed_nothing(run: Run) -> None:
-    run.must_succeed()
-    assert set(run.stats.get("ok", {})) == NODES
-    assert sum(run.changed.values()) == 0, f"changed: {run.changed}"
-
-
 def test_check_mode_of_the_weights_stage_runs_no_hub_task(first_converge: Run, artifacts: Path) -> None:
     first_converge.must_succeed()
     weights = play(artifacts / "tf-check-weights", "playbooks/weights.yml", extravars=TENSORFOLD, check=True)
-    changed_nothing(weights)
+    weights.must_change_nothing()
     assert "no Hugging Face Hub task runs" in " ".join(weights.output.split())
 
 
@@ -93,7 +86,8 @@ def test_hub_weights_reach_the_worker_over_the_fabric(first_converge: Run, artif
                 ssh(WORKER, f"test -e {store}/.cache/huggingface || echo none") == "none"
             )  # the head's bookkeeping
             asked = len(hub.requests)
-            changed_nothing(play(artifacts / "tf-hub-again", "playbooks/weights.yml", extravars=extravars))
+            again = play(artifacts / "tf-hub-again", "playbooks/weights.yml", extravars=extravars)
+            again.must_change_nothing()
             assert len(hub.requests) == asked
         finally:
             for node in (HEAD, WORKER):
@@ -154,7 +148,7 @@ def test_worker_receives_the_head_image_over_the_fabric_once(fake_docker: None, 
     keys = ssh(WORKER, f"grep 'command=\"sudo -n docker load\"' /home/{ADMIN}/.ssh/authorized_keys")
     assert keys.startswith('restrict,from="203.0.113.1",command="sudo -n docker load" ssh-ed25519 ')
 
-    changed_nothing(play(artifacts / "tf-image-again", "playbooks/image.yml", extravars=extravars))
+    play(artifacts / "tf-image-again", "playbooks/image.yml", extravars=extravars).must_change_nothing()
     assert loads(WORKER) == 1
 
     ssh(WORKER, f"echo {'0' * 64} > {IMAGE_FILE}")  # another series on the worker

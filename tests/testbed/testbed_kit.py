@@ -24,6 +24,7 @@ HEAD, WORKER = "198.51.100.11", "198.51.100.12"
 ADMIN = "sparkfold-admin"  # inventory/testbed/hosts.yml: the nodes' admin login (passwordless sudo)
 API = f"http://{HEAD}:8888"
 SERVED_NAME = "SmolLM2-135M-Instruct"  # inventory/testbed: the same name for either engine kind
+NODES = {"sftb-head", "sftb-worker"}  # inventory/testbed: the pair's host names
 
 
 @dataclass
@@ -42,6 +43,13 @@ class Run:
 
     def must_succeed(self) -> Run:
         assert self.status == "successful" and self.rc == 0, self.output[-6000:]
+        return self
+
+    def must_change_nothing(self) -> Run:
+        """It succeeded on both nodes and changed nothing on either."""
+        self.must_succeed()
+        assert set(self.stats.get("ok", {})) == NODES
+        assert sum(self.changed.values()) == 0, f"changed: {self.changed}"
         return self
 
 
