@@ -102,15 +102,49 @@ def test_restarts_are_owed_to_the_end_and_go_worker_first(repo: Path) -> None:
     assert names.index("Engine | restart on the worker") < names.index("Engine | restart on the head")
 
 
-def test_testbed_uses_only_its_documentation_ranges(repo: Path) -> None:
-    allowed = [ipaddress.ip_network("198.51.100.0/24"), ipaddress.ip_network("203.0.113.0/24")]
-    hosts = yaml.safe_load((repo / "inventory/testbed/hosts.yml").read_text())
-    found = []
-    for group in hosts["sparkfold_nodes"]["children"].values():
-        for host in group["hosts"].values():
-            found += [host["ansible_host"], host["sparkfold_fabric_address"]]
-    assert len(found) == 4
-    assert all(any(ipaddress.ip_address(a) in net for net in allowed) for a in found)
+MANAGEMENT, FABRIC = ipaddress.ip_network("198.51.100.0/24"), ipaddress.ip_network("203.0.113.0/24")
+# Commented-out settings count too: an operator uncomments them as they stand.
+_HOST_ADDRESS = re.compile(
+    r"^\s*#?\s*(ansible_host|sparkfold_fabric_address|sparkfold_fabric_twin_address):\s*(\S+)"
+)
+_IPV4 = re.compile(r"(?<![\d.])(?:\d{1,3}\.){3}\d{1,3}(?![\d.])")
+
+
+@pytest.mark.parametrize("inventory", ["inventory/testbed", "inventory/example", "inventory/fleet-example"])
+def test_inventories_use_only_the_documentation_ranges(repo: Path, inventory: str) -> None:
+    """Management addresses in 198.51.100.0/24, link (and twin) addresses in 203.0.113.0/24, and
+    never one in the other's subnet (a twin on the LAN's /24 would take the LAN's route)."""
+    found = [
+        m.groups()
+        for line in (repo / inventory / "hosts.yml").read_text().splitlines()
+        if (m := _HOST_ADDRESS.match(line))
+    ]
+    assert {key for key, _ in found} >= {"ansible_host", "sparkfold_fabric_address"}
+    for key, address in found:
+        net = MANAGEMENT if key == "ansible_host" else FABRIC
+        assert ipaddress.ip_address(address) in net, f"{inventory}: {key} {address} is outside {net}"
+
+
+def test_documentation_examples_use_only_the_documentation_ranges(repo: Path) -> None:
+    """Every IPv4 address the docs, inventories, examples and role READMEs show is loopback, the
+    wildcard, or in the two RFC 5737 ranges the project uses (never 192.0.2.0/24: see HOUSE rules)."""
+    files = [
+        repo / "README.md",
+        *(repo / "docs").rglob("*.md"),
+        *(repo / "inventory").rglob("*.yml"),
+        *(repo / "examples").rglob("*.toml"),
+        *(repo / "roles").glob("*/README.md"),
+        *(repo / "roles").glob("*/defaults/main.yml"),
+    ]
+    outside = [
+        f"{path.relative_to(repo)}: {address}"
+        for path in files
+        for address in _IPV4.findall(path.read_text())
+        if not (ip := ipaddress.ip_address(address)).is_loopback
+        and not ip.is_unspecified
+        and not any(ip in net for net in (MANAGEMENT, FABRIC))
+    ]
+    assert not outside, outside
 
 
 def test_example_inventory_renders_a_valid_pair(repo: Path, example_render: Path) -> None:
@@ -120,7 +154,7 @@ def test_example_inventory_renders_a_valid_pair(repo: Path, example_render: Path
     )
     assert (head.node.rank, worker.node.rank) == (0, 1)
     assert (head.fabric.address, head.fabric.peer) == (worker.fabric.peer, worker.fabric.address)
-    assert str(head.fabric.address) == "192.0.2.1" and head.engine.kind == "tensorfold"
+    assert str(head.fabric.address) == "203.0.113.1" and head.engine.kind == "tensorfold"
     assert head.api.cors_allowed_origins == []  # no CORS headers unless origins are named
     assert engine_fingerprint(head) == engine_fingerprint(worker)
     # One folder per pinned commit (weights.yml), as examples/spark-pair/ writes it out.

@@ -60,7 +60,7 @@ def test_the_netplan_file_names_both_rails(repo: Path, tmp_path: Path) -> None:
     render_example(repo, tmp_path, "-e", "sparkfold_fabric_twin_address=198.51.100.11")
     worker = yaml.safe_load((tmp_path / "spark-worker/netplan.yaml").read_text())["network"]["ethernets"]
     assert worker == {
-        "enp1s0f0np0": {"dhcp4": False, "optional": True, "mtu": 9000, "addresses": ["192.0.2.2/24"]},
+        "enp1s0f0np0": {"dhcp4": False, "optional": True, "mtu": 9000, "addresses": ["203.0.113.2/24"]},
         "enP2p1s0f0np0": {"dhcp4": False, "optional": True, "mtu": 9000, "addresses": ["198.51.100.11/24"]},
     }
     head = yaml.safe_load((tmp_path / "spark-head/netplan.yaml").read_text())["network"]["ethernets"]

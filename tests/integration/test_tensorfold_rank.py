@@ -103,7 +103,7 @@ def test_dry_run_prints_the_rank_1_docker_command(repo: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     argv_line = next(line for line in result.output.splitlines() if line.startswith("argv"))
-    assert "docker run" in argv_line and "--rank 1 --master 192.0.2.1" in argv_line
+    assert "docker run" in argv_line and "--rank 1 --master 203.0.113.1" in argv_line
     assert "NCCL_IB_GID_INDEX=3" in result.output
 
 

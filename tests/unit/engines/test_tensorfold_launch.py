@@ -65,8 +65,8 @@ def test_both_ranks_share_everything_but_rank_and_link(repo: Path) -> None:
         == worker.command[: worker.command.index("--rank") + 1]
     )
     # both ranks name rank 0's link address as the master
-    assert head.command[head.command.index("--master") + 1] == "192.0.2.1"
-    assert worker.command[worker.command.index("--master") + 1] == "192.0.2.1"
+    assert head.command[head.command.index("--master") + 1] == "203.0.113.1"
+    assert worker.command[worker.command.index("--master") + 1] == "203.0.113.1"
     assert head.rank_env == worker.rank_env  # same facts in, same environment out
     assert "--port" in head.command and "--port" not in worker.command  # rank 1 has no HTTP port
     assert head.health_url == "http://127.0.0.1:18888/health" and worker.health_url is None

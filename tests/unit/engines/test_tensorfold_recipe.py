@@ -41,7 +41,7 @@ def test_dry_run_prints_the_rank_with_the_recipes_settings(repo: Path, name: str
     assert result.exit_code == 0, result.output
     argv = next(line for line in result.output.splitlines() if line.startswith("argv"))
     for part in (
-        f"--tp 2 --rank {rank} --master 192.0.2.1 --master-port 29551",
+        f"--tp 2 --rank {rank} --master 203.0.113.1 --master-port 29551",
         f"--drafter {DRAFTER}",
         "--context 1048576 --parallel 4",
         "--vision",
