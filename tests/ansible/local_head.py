@@ -86,10 +86,10 @@ def host_systemd() -> str:
     return version.partition("\n")[0]
 
 
-def render_example(repo: Path, folder: Path, *extra: str) -> Path:
-    """What the example inventory renders (sparkfold.toml, the units, netplan) for this host's systemd,
-    per host under ``folder``; ``extra``: more ansible-playbook arguments (``-e`` overrides)."""
-    args = ["-i", "inventory/example", "tests/ansible/render.yml", "-e", f"render_dir={folder}", *extra]
+def render_example(repo: Path, folder: Path, *extra: str, inventory: str = "inventory/example") -> Path:
+    """What an inventory (the example unless named) renders (sparkfold.toml, the units, netplan) for
+    this host's systemd, per host under ``folder``; ``extra``: more ansible-playbook arguments."""
+    args = ["-i", inventory, "tests/ansible/render.yml", "-e", f"render_dir={folder}", *extra]
     if host_systemd():
         args += ["-e", f"render_systemd='{host_systemd()}'"]
     result = ansible(repo, "ansible-playbook", *args)

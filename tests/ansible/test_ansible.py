@@ -180,6 +180,31 @@ def test_the_gateway_lanes_follow_the_engine_unless_set_lower(
     assert (head.engine.parallel, head.api.parallel, head.api.max_queued) == (engine, lanes, queued)
 
 
+@pytest.mark.parametrize(
+    ("inventory", "extra", "head", "lanes"),
+    [
+        ("inventory/testbed", (), "sftb-head", 4),
+        ("inventory/testbed", ("-e", "@inventory/testbed-tensorfold.yml"), "sftb-head", 1),
+        ("inventory/fleet-example", (), "spark-a-head", 1),
+    ],
+)
+def test_the_shipped_inventories_leave_the_gateway_lanes_to_the_engine(
+    repo: Path, tmp_path: Path, inventory: str, extra: tuple[str, ...], head: str, lanes: int
+) -> None:
+    """No inventory repeats what the role derives: the rendered [api] names no lanes, and the
+    gateway runs as many as the engine (4 queued a lane)."""
+    render_example(repo, tmp_path, *extra, inventory=inventory)
+    rendered = (tmp_path / head / "sparkfold.toml").read_text()
+    api = rendered[rendered.index("[api]") :].split("\n[", 1)[0]
+    assert not re.search(r"^(parallel|max_queued) =", api, re.MULTILINE), api
+    settings = load(tmp_path / head / "sparkfold.toml")
+    assert (settings.engine.parallel, settings.api.parallel, settings.api.max_queued) == (
+        lanes,
+        lanes,
+        4 * lanes,
+    )
+
+
 def test_cors_allowed_origins_reach_the_gateway_settings(repo: Path, tmp_path: Path) -> None:
     """The role renders api.cors_allowed_origins (the example leaves it empty: no CORS headers)."""
     origins = ["https://app.example", "http://127.0.0.1:5173"]
