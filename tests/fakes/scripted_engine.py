@@ -85,6 +85,8 @@ class ScriptedEngine:
         self.peer = peer
         self.healthy = True
         self.health_calls = 0
+        self.models_calls = 0
+        self.capabilities: dict[str, Any] | None = None  # the /v1/models card's block; None: none
         self.streams = 64  # lanes it reports in /health
         self.requests: list[dict[str, Any]] = []
         self.active = 0
@@ -162,9 +164,11 @@ class ScriptedEngine:
         elif path == "/metrics":
             await _text(send, "# TYPE tensorfold:requests_running gauge\ntensorfold:requests_running 0\n")
         elif path == "/v1/models":
-            await _json(
-                send, {"object": "list", "data": [{"id": "fake", "object": "model", "owned_by": "test"}]}
-            )
+            self._bump("models_calls")
+            card: dict[str, Any] = {"id": "fake", "object": "model", "owned_by": "test"}
+            if self.capabilities is not None:
+                card["capabilities"] = self.capabilities
+            await _json(send, {"object": "list", "data": [card]})
         elif path == "/tokenize":
             await self._tokenize_gate()
             text = request.get("prompt") or json.dumps(request.get("messages"))

@@ -22,6 +22,7 @@ from sparkfold.api import openapi, routes
 from sparkfold.api.anthropic import routes as anthropic_routes
 from sparkfold.api.anthropic.serving import MessagesServing
 from sparkfold.api.body_shape import BodyShape
+from sparkfold.api.capabilities import Capabilities, EngineStart
 from sparkfold.api.dispatch import Dispatch
 from sparkfold.api.errors import (
     ApiError,
@@ -135,7 +136,12 @@ class App:
     """The gateway as an ASGI application; ``gateway`` holds its long-lived objects."""
 
     def __init__(
-        self, settings: Settings, *, connect: Connect | None = None, peer_state: PeerSource | None = None
+        self,
+        settings: Settings,
+        *,
+        connect: Connect | None = None,
+        peer_state: PeerSource | None = None,
+        engine_start: EngineStart | None = None,
     ) -> None:
         api = settings.api
         engine = Engine(
@@ -148,8 +154,10 @@ class App:
         lanes = Lanes(api.parallel, api.max_queued)
         metrics = Metrics(lanes)
         served = settings.engine.served_name
+        capabilities = Capabilities(engine, engine_start)
         chat = ChatServing(
             engine=engine,
+            capabilities=capabilities,
             metrics=metrics,
             limits=MediaLimits.of(api),
             keepalive_s=api.keepalive_s,
@@ -164,7 +172,11 @@ class App:
             keys=KeyStore(api.api_keys_file),
             chat=chat,
             completion=CompletionServing(
-                engine=engine, metrics=metrics, keepalive_s=api.keepalive_s, served_name=served
+                engine=engine,
+                capabilities=capabilities,
+                metrics=metrics,
+                keepalive_s=api.keepalive_s,
+                served_name=served,
             ),
             utility=UtilityServing(engine=engine, served_name=served, limits=chat.limits),
             messages=MessagesServing(chat=chat, engine=engine),
@@ -217,7 +229,12 @@ class App:
 
 
 def create_app(
-    settings: Settings, *, connect: Connect | None = None, peer_state: PeerSource | None = None
+    settings: Settings,
+    *,
+    connect: Connect | None = None,
+    peer_state: PeerSource | None = None,
+    engine_start: EngineStart | None = None,
 ) -> App:
-    """The gateway; ``peer_state``: the peer rank's state when the engine's ``/health`` has none."""
-    return App(settings, connect=connect, peer_state=peer_state)
+    """The gateway; ``peer_state``: the peer rank's state when the engine's ``/health`` has none;
+    ``engine_start``: what identifies the engine's current start (capabilities are asked once a start)."""
+    return App(settings, connect=connect, peer_state=peer_state, engine_start=engine_start)

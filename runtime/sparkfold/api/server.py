@@ -21,6 +21,7 @@ from typing import Any
 import uvicorn
 
 from sparkfold.api.app import App, create_app
+from sparkfold.api.capabilities import EngineStart
 from sparkfold.api.connections import ConnectionLimits, bounded_protocol
 from sparkfold.api.errors import UpstreamUnavailable
 from sparkfold.api.health import PeerSource
@@ -169,14 +170,19 @@ def run_server(
 
 
 def serve(
-    settings: Settings, *, notify: Notify = lambda *states: None, peer_state: PeerSource | None = None
+    settings: Settings,
+    *,
+    notify: Notify = lambda *states: None,
+    peer_state: PeerSource | None = None,
+    engine_start: EngineStart | None = None,
 ) -> None:
     """Serve until SIGINT/SIGTERM. Raises GatewayRefused before binding when it must not start.
 
-    ``peer_state``: the peer rank's state where the engine's ``/health`` has none (TensorFold)."""
+    ``peer_state``: the peer rank's state where the engine's ``/health`` has none (TensorFold);
+    ``engine_start``: what identifies the engine's current start (see :mod:`sparkfold.api.capabilities`)."""
     check_keys(settings)
     configure_logging()
-    app = create_app(settings, peer_state=peer_state)
+    app = create_app(settings, peer_state=peer_state, engine_start=engine_start)
     # Everything built so far lives as long as the process: moved out of the collector's way, so a
     # full collection no longer walks tens of thousands of framework objects on a request's path.
     gc.freeze()

@@ -11,6 +11,7 @@ from sparkfold.commands._options import config_option
 from sparkfold.config import Settings
 
 if TYPE_CHECKING:
+    from sparkfold.api.capabilities import EngineStart
     from sparkfold.api.health import PeerSource
     from sparkfold.api.server import Notify
 
@@ -34,6 +35,21 @@ def _peer_source() -> PeerSource | None:
     return source
 
 
+def _engine_start() -> EngineStart | None:
+    """The pid of the rank this node's engine unit marked serving (node/): a new one is a new start,
+    so the gateway asks the engine's capabilities again."""
+    try:
+        serving = importlib.import_module("sparkfold.node.serving").serving
+    except (ImportError, AttributeError):
+        return None
+
+    def started() -> int | None:
+        found = serving()
+        return None if found is None else int(found.pid)
+
+    return started
+
+
 @click.command()
 @config_option
 def command(settings: Settings) -> None:
@@ -41,6 +57,6 @@ def command(settings: Settings) -> None:
     from sparkfold.api import GatewayRefused, serve
 
     try:
-        serve(settings, notify=_notifier(), peer_state=_peer_source())
+        serve(settings, notify=_notifier(), peer_state=_peer_source(), engine_start=_engine_start())
     except GatewayRefused as exc:
         raise click.ClickException(str(exc)) from None

@@ -11,6 +11,7 @@ from tests.fakes.harness import Running, settings_for
 from tests.fakes.scripted_engine import ScriptedEngine, ServerThread
 
 from sparkfold.api import create_app
+from sparkfold.api.capabilities import EngineStart
 
 
 @pytest.fixture
@@ -18,8 +19,8 @@ def start_gateway(engine: tuple[ScriptedEngine, ServerThread]) -> Iterator[Calla
     _, engine_server = engine
     with ExitStack() as stack:
 
-        def start(**api: Any) -> Running:
-            app = create_app(settings_for(engine_server.port, **api))
+        def start(engine_start: EngineStart | None = None, **api: Any) -> Running:
+            app = create_app(settings_for(engine_server.port, **api), engine_start=engine_start)
             server = stack.enter_context(ServerThread(app))
             running = Running(server.url, app)
             stack.callback(running.http.close)

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from sparkfold.api.capabilities import refuse_unsupported
+from sparkfold.api.capabilities import Capabilities
 from sparkfold.api.chat_stream import DONE, ChatEvent, ChatStream
 from sparkfold.api.context import CallContext
 from sparkfold.api.errors import ApiError, ClientError, InvalidRequest, NotFound
@@ -110,9 +110,17 @@ class ChatServing:
     """``POST /v1/chat/completions``, and the pipeline under Messages and Responses."""
 
     def __init__(
-        self, *, engine: Engine, metrics: Metrics, limits: MediaLimits, keepalive_s: float, served_name: str
+        self,
+        *,
+        engine: Engine,
+        capabilities: Capabilities,
+        metrics: Metrics,
+        limits: MediaLimits,
+        keepalive_s: float,
+        served_name: str,
     ) -> None:
         self.engine = engine
+        self.capabilities = capabilities
         self.metrics = metrics
         self.limits = limits
         self.keepalive_s = keepalive_s
@@ -200,8 +208,8 @@ class ChatServing:
         prepared = self.prepare(request, call)
         if isinstance(prepared, ApiError):
             return prepared
-        refused = await refuse_unsupported(
-            self.engine, n=request.n, logprobs=request.logprobs, top_logprobs=request.top_logprobs
+        refused = await self.capabilities.refuse_unsupported(
+            n=request.n, logprobs=request.logprobs, top_logprobs=request.top_logprobs
         )
         if refused is not None:
             return refused
@@ -236,8 +244,17 @@ async def openai_sse(batches: AsyncIterable[list[ChatEvent]]) -> AsyncIterator[b
 class CompletionServing:
     """``POST /v1/completions``: a raw prompt, relayed with the same limits and stream handling."""
 
-    def __init__(self, *, engine: Engine, metrics: Metrics, keepalive_s: float, served_name: str) -> None:
+    def __init__(
+        self,
+        *,
+        engine: Engine,
+        capabilities: Capabilities,
+        metrics: Metrics,
+        keepalive_s: float,
+        served_name: str,
+    ) -> None:
         self.engine = engine
+        self.capabilities = capabilities
         self.metrics = metrics
         self.keepalive_s = keepalive_s
         self.served_name = served_name
@@ -250,8 +267,8 @@ class CompletionServing:
             if isinstance(request.prompt, list) and isinstance(request.prompt[0], (str, list))
             else 1
         )
-        error = await refuse_unsupported(
-            self.engine, n=request.n, logprobs=request.logprobs, top_logprobs=None, prompts=prompts
+        error = await self.capabilities.refuse_unsupported(
+            n=request.n, logprobs=request.logprobs, top_logprobs=None, prompts=prompts
         )
         if error is not None:
             return error
