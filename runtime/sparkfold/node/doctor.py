@@ -1,9 +1,9 @@
 """``sparkfold doctor``: everything a bug report needs from one node, gathered without side effects.
 
-Each probe is one section of the answer (version, config, fabric, rdma, netdevs, memory, gpu, docker,
-weights, units, errors). A probe is bounded in time (every command runs under a timeout) and never
-raises: a missing tool, an unreadable file or an exception becomes a fact of its section (``ok`` is
-false and ``summary`` says why). Nothing is started, stopped, pinged or written.
+Each probe is one section of the answer (version, config, fabric, rdma, netdevs, firewall, memory,
+gpu, docker, weights, units, errors). A probe is bounded in time (every command runs under a
+timeout) and never raises: a missing tool, an unreadable file or an exception becomes a fact of its
+section (``ok`` is false and ``summary`` says why). Nothing is started, stopped, pinged or written.
 
 No secret enters the answer: the configuration is represented by its path, its validity and its
 engine fingerprint (never its content), and every string goes through :func:`redact`, which masks
@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from sparkfold import __version__
-from sparkfold.config import ConfigError, Settings, engine_fingerprint, load
+from sparkfold.config import ConfigError, Settings, engine_fingerprint, is_loopback, load
 from sparkfold.node.checks import Runner
 from sparkfold.node.fabric import DEFAULT_SYSFS, discover
+from sparkfold.node.ufw import judge
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -110,6 +111,7 @@ class Doctor:
             ("fabric", self.fabric),
             ("rdma", self.rdma),
             ("netdevs", self.netdevs),
+            ("firewall", self.firewall),
             ("memory", self.memory),
             ("gpu", self.gpu),
             ("docker", self.docker),
@@ -193,6 +195,26 @@ class Doctor:
         ]
         shown = ", ".join(f"{ln['name']} {ln['mtu']} {ln['state']}" for ln in links if ln["name"] != "lo")
         return Section("netdevs", True, shown or "no netdevs", {"links": links})
+
+    def firewall(self) -> Section:
+        """Whether ufw lets in the gateway's clients (head) and everything from the peer (node/ufw.py)."""
+        if self.settings is None:
+            return self._no_settings("firewall")
+        result = self.run(["ufw", "status", "verbose"])
+        if result.returncode == 127:
+            return Section("firewall", None, "no ufw on this node")
+        if result.returncode != 0:
+            return Section(
+                "firewall", None, f"ufw status: {_failed(result)} (run sparkfold doctor with sudo)"
+            )
+        settings = self.settings
+        public = settings.node.rank == 0 and not is_loopback(settings.api.host)
+        verdict = judge(
+            result.stdout,
+            peer=None if settings.fabric.peer is None else str(settings.fabric.peer),
+            gateway_port=settings.api.port if public else None,
+        )
+        return Section("firewall", verdict.ok, verdict.line, {"blocked": list(verdict.blocked)})
 
     def memory(self) -> Section:
         info = {}

@@ -38,6 +38,9 @@ def node(tmp_path: Path, host: FakeHost) -> Doctor:
         [{"dst": "203.0.113.2", "dev": "enp1s0f1np1", "prefsrc": "203.0.113.1"}],
     )
     host.answer(["ip", "-j", "link", "show"], 0, [{"ifname": "enp1s0f1np1", "mtu": 9000, "operstate": "UP"}])
+    host.answer(
+        ["ufw", "status", "verbose"], 0, "Status: active\nDefault: deny (incoming), allow (outgoing)\n"
+    )
     host.answer(["nvidia-smi"], 0, "NVIDIA GB10, 580.95, 1024 MiB, 122000 MiB\n")
     host.answer(["docker", "version"], 0, "28.1.1\n")
     host.answer(["docker", "image", "inspect"], 0, "0123456789ab\n")
@@ -60,6 +63,7 @@ def test_every_section_is_gathered_from_a_healthy_node(node: Doctor, host: FakeH
         "fabric",
         "rdma",
         "netdevs",
+        "firewall",
         "memory",
         "gpu",
         "docker",
@@ -71,6 +75,9 @@ def test_every_section_is_gathered_from_a_healthy_node(node: Doctor, host: FakeH
     assert found["fabric"]["ok"] is True and found["fabric"]["data"]["facts"]["gid_index"] == 3
     assert not any(call[0] == "ping" for call in host.calls), "doctor never pings"
     assert found["rdma"]["data"]["devices"]["rocep1s0f1"]["1"]["gids"] == {"3": f"{GID} RoCE v2"}
+    assert found["firewall"]["ok"] is False and found["firewall"]["summary"].endswith(
+        "run sudo ufw allow 8888/tcp and sudo ufw allow from 203.0.113.2"
+    )
     assert found["memory"]["data"] == {"total_gib": 119.2, "available_gib": 112.0}
     assert found["gpu"]["summary"].startswith("NVIDIA GB10")
     assert found["docker"]["data"]["label"] == "0123456789ab"
