@@ -6,9 +6,11 @@ Discovery, in order (each step one :class:`~sparkfold.node.checks.Check`):
    reached directly (no gateway) and, when ``fabric.address`` is set, from that address.
 2. ``mtu``: the netdev's MTU (``ip -j link show``, netlink) equals ``fabric.mtu``.
 3. ``ping``: a full-size unfragmentable ping (``-M do -s <mtu - 28>``) from the netdev reaches the peer.
-4. ``rdma`` (only where ``<sysfs>/class/infiniband`` exists): the netdev's RDMA device, and the RoCE v2
-   GID index whose GID is the IPv4-mapped link address (an all-zero or v1 entry makes NCCL fail a minute
-   in). A configured ``fabric.gid_index`` or ``fabric.rdma_devices`` must agree with what is found.
+4. ``rdma``: the netdev's RDMA (verbs) device, and the RoCE v2 GID index whose GID is the IPv4-mapped
+   link address (an all-zero or v1 entry makes NCCL fail a minute in). A configured ``fabric.gid_index``
+   or ``fabric.rdma_devices`` must agree with what is found. A node without ``<sysfs>/class/infiniband``
+   fails it when the ranks use RDMA (the tensorfold engine with ``engine.tensorfold.rdma``, its
+   default), naming the netdev; else (the CPU engines, the testbed's stand-in) it is skipped.
 
 The facts found (``netdev``, ``address``, ``mtu``, ``rdma_devices``, ``gid_index``) feed the runtime
 configuration. Once the RDMA device is found, :func:`sparkfold.node.roce.add_rails` checks the link is
@@ -165,8 +167,25 @@ def _check_ping(settings: Settings, dev: str, mtu: int, report: Report, run: Run
     )
 
 
+def _uses_rdma(settings: Settings) -> bool:
+    """The ranks talk RDMA: the tensorfold engine with its RDMA path on (``engine.tensorfold.rdma``)."""
+    return settings.engine.kind == "tensorfold" and settings.engine.tensorfold.rdma
+
+
 def _check_rdma(settings: Settings, dev: str, sysfs: Path, report: Report) -> None:
     if not (sysfs / "class/infiniband").is_dir():
+        if _uses_rdma(settings):
+            report.add(
+                Check(
+                    "rdma",
+                    False,
+                    f"{dev} has no verbs device: {sysfs / 'class/infiniband'} does not exist, and the"
+                    " tensorfold ranks use RDMA (engine.tensorfold.rdma)",
+                    "load the RoCE driver (modprobe mlx5_ib; `rdma link` should list the port) or, where"
+                    " the ranks use no RDMA, set engine.tensorfold.rdma = false",
+                )
+            )
+            return
         report.add(Check("rdma", True, "no RDMA devices on this node (sockets only)", skipped=True))
         return
     hint = (

@@ -173,3 +173,19 @@ def test_settle_zero_looks_once(tmp_path: Path, host: FakeHost) -> None:
     host.answer(["ip", "-j", "-4", "route", "get"], 2, "")
     report = discover_settled(settings(**LINK), 0, sysfs=tmp_path, run=host, sleep=pytest.fail)
     assert not report.ok and report.facts["attempts"] == 1
+
+
+@pytest.mark.parametrize(("rdma", "ok"), [(True, False), (False, True)])
+def test_a_node_without_verbs_devices_fails_when_the_ranks_use_rdma(
+    tmp_path: Path, host: FakeHost, rdma: bool, ok: bool
+) -> None:
+    """No /sys/class/infiniband at all: a failure naming the netdev when the tensorfold ranks use
+    RDMA (its default), skipped where they do not (engine.tensorfold.rdma = false: the testbed)."""
+    healthy(host)
+    engine = {"kind": "tensorfold", "tp": 2, "tensorfold": {"rdma": rdma}}
+    report = discover(settings(engine=engine, **LINK), sysfs=tmp_path, run=host)
+    check = next(c for c in report.checks if c.name == "rdma")
+    assert (report.ok, check.ok, check.skipped) == (ok, ok, ok)
+    if not ok:
+        assert check.detail.startswith("enp1s0f0np0 has no verbs device")
+        assert "engine.tensorfold.rdma" in check.detail and "modprobe mlx5_ib" in check.fix
