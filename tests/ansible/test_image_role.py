@@ -253,3 +253,31 @@ def test_the_published_image_is_pulled_only_with_its_label(repo: Path, pair: Pat
     assert label(pair) == "a1897d591f70"
     again = play(repo, pair, "-e", pinned, FAKE_PULL_LABEL="a1897d591f70")
     assert again.returncode == 0 and "changed=0" in recap(again), again.stdout
+
+
+def task_results(result: subprocess.CompletedProcess[str], task: str) -> list[str]:
+    """The result lines (``ok: [h1]``, ``skipping: [h1]`` ...) under the task named ``task``."""
+    lines = result.stdout.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith(f"TASK [sparkfold_image : {task}")]
+    return [line for i in starts for line in lines[i + 1 : i + 4] if line.endswith("[h1]")]
+
+
+@pytest.mark.parametrize(("source", "installed"), [("git", True), ("context", False)])
+def test_the_head_gets_git_for_a_git_source(repo: Path, pair: Path, source: str, installed: bool) -> None:
+    """A minimal head has no git: the image stage installs it (and the CA certificates) with apt
+    before it resolves the tag; a ready context needs neither. Check mode: apt only looks."""
+    context = pair / "context"
+    context.mkdir()
+    (context / "Dockerfile").write_text("FROM scratch\n")
+    run = play(
+        repo,
+        pair,
+        "--check",
+        "-e",
+        f"sparkfold_image_source={source}",
+        "-e",
+        f"sparkfold_image_context_dir={context}",
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    results = task_results(run, "Install the head's Git tools (apt) git, ca-certificates")
+    assert results == ["ok: [h1]" if installed else "skipping: [h1]"], run.stdout
