@@ -61,6 +61,7 @@ def play(
     skip_tags: str = "",
     extravars: dict[str, Any] | None = None,
     check: bool = False,
+    diff: bool = False,
     inventory: str = "inventory/testbed",
     verbosity: int = 0,
 ) -> Run:
@@ -76,7 +77,7 @@ def play(
         extravars=extravars or {},
         tags=tags or None,
         skip_tags=skip_tags or None,
-        cmdline="--check" if check else None,
+        cmdline=" ".join(flag for flag, on in (("--check", check), ("--diff", diff)) if on) or None,
         verbosity=verbosity or None,
         envvars={
             "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),

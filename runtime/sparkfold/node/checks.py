@@ -36,6 +36,12 @@ class Check:
     fix: str = ""
     skipped: bool = False
 
+    @classmethod
+    def measured(cls, name: str, enough: bool, detail: str, shortfall: str, fix: str) -> Check:
+        """A check of an amount against a need: ``detail`` when there is ``enough``, else the
+        ``shortfall`` and what to do about it."""
+        return cls(name, True, detail) if enough else cls(name, False, shortfall, fix)
+
     def line(self) -> str:
         status = "skip" if self.skipped else ("ok" if self.ok else "FAIL")
         text = f"{status:<4} {self.name}: {self.detail}"

@@ -120,11 +120,10 @@ def _check_memory_total(root: Path, need: float) -> Check:
     have = _meminfo_gib(root, "MemTotal")
     if have is None:
         return Check("memory_total", False, "MemTotal not found in /proc/meminfo", "run on Linux")
-    if have >= need:
-        return Check("memory_total", True, f"{have:.1f} GiB in all (need {need:g})")
-    return Check(
+    return Check.measured(
         "memory_total",
-        False,
+        have >= need,
+        f"{have:.1f} GiB in all (need {need:g})",
         f"this node has {have:.1f} GiB of memory in all; the engine needs {need:g} available",
         "run the engine on a node with more memory (a DGX Spark has 128 GB), or lower engine.context",
     )
@@ -143,12 +142,10 @@ def _check_memory(root: Path, need: float, running: Serving | None, fingerprint:
     have = _meminfo_gib(root, "MemAvailable")
     if have is None:
         return Check("memory", False, "MemAvailable not found in /proc/meminfo", "run on Linux 3.14 or later")
-    detail = f"{have:.1f} GiB available (need {need:g})"
-    if have >= need:
-        return Check("memory", True, detail)
-    return Check(
+    return Check.measured(
         "memory",
-        False,
+        have >= need,
+        f"{have:.1f} GiB available (need {need:g})",
         f"only {have:.1f} GiB memory available (need {need:g})",
         "stop other workloads on this node (docker ps, nvidia-smi), or lower engine.context",
     )
@@ -195,13 +192,12 @@ def _check_disk(settings: Settings, need: float, running: Serving | None, run: R
     present = (_tree_bytes(Path(settings.engine.model)) + _image_bytes(settings, run)) / GIB
     missing = max(0.0, need - present)
     held = f", {present:.1f} GiB of it already here (weights, image)" if present else ""
-    detail = f"{have:.1f} GiB free under {where} (need {missing:.1f} more of {need:g}{held})"
-    if have >= missing:
-        return Check("disk", True, detail)
-    return Check(
+    wanted = f"under {where} (need {missing:.1f} more of {need:g}{held})"
+    return Check.measured(
         "disk",
-        False,
-        f"only {have:.1f} GiB free under {where} (need {missing:.1f} more of {need:g}{held})",
+        have >= missing,
+        f"{have:.1f} GiB free {wanted}",
+        f"only {have:.1f} GiB free {wanted}",
         "free space there, or point paths.state_dir at a larger disk",
     )
 
