@@ -1,7 +1,8 @@
 """The two-node testbed, built once per session (``playbooks/testbed.yml``), and site.yml runs on it.
 
 Needs root, ``systemd-nspawn`` and ``debootstrap``; skipped elsewhere. The pair is torn down at the
-end unless ``SPARKFOLD_TESTBED_KEEP=1``.
+end unless ``SPARKFOLD_TESTBED_KEEP=1``. Before its first converge, while the pair is as fresh as a
+new one, ``site.yml --check --diff`` runs on it once (``fresh_check``; ``test_fresh_check.py``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from testbed_kit import REPO, Run, play
+from listing import Checked, Listing, control_listing, node_listing
+from testbed_kit import HEAD, REPO, WORKER, Run, play, ssh
 
 
 @pytest.fixture(scope="session")
@@ -32,8 +34,28 @@ def testbed(artifacts: Path) -> Iterator[None]:
 
 
 @pytest.fixture(scope="session")
-def first_converge(testbed: None, artifacts: Path) -> Run:
-    """site.yml on the pair, once per session (a fresh pair in CI)."""
+def fresh_check(testbed: None, artifacts: Path) -> Checked:
+    """``site.yml --check --diff`` on the pair before anything converged it, with listings of the
+    nodes and the control host taken before and after the run. On a pair converged before this
+    session (a kept testbed) it does not run: ``stale`` says so."""
+    addresses = {"sftb-head": HEAD, "sftb-worker": WORKER}
+    probe = "test -e /etc/sparkfold && echo converged"
+    converged = [name for name, address in addresses.items() if ssh(address, probe, check=False)]
+    if converged:
+        return Checked(None, {}, {}, f"{', '.join(converged)} converged before this session")
+
+    def listings() -> dict[str, Listing]:
+        nodes = {name: node_listing(address) for name, address in addresses.items()}
+        return nodes | {"control": control_listing()}
+
+    before = listings()
+    run = play(artifacts / "fresh-check", "site.yml", check=True, diff=True)
+    return Checked(run, before, listings())
+
+
+@pytest.fixture(scope="session")
+def first_converge(fresh_check: Checked, artifacts: Path) -> Run:
+    """site.yml on the pair, once per session (a fresh pair in CI), after the fresh pair's check run."""
     return play(artifacts / "converge-1", "site.yml")
 
 
