@@ -435,6 +435,11 @@ class EngineSettings(_Section):
         description="work pending this long without progress: unhealthy, the watchdog stops "
         "(unset: 300 s, one engine step; 900 s for tensorfold, its counters stand still in a prefill)",
     )
+    core_process: bool = Field(
+        False,
+        description="run the engine (its model and engine thread) in a child process of its own, "
+        "the HTTP side in this one (transformers with tp = 1, or exllamav3)",
+    )
     transformers: TransformersSettings = Field(default_factory=TransformersSettings)
     exllamav3: Exllamav3Settings = Field(default_factory=Exllamav3Settings)
     tensorfold: TensorfoldSettings = Field(default_factory=TensorfoldSettings)
@@ -465,6 +470,18 @@ class EngineSettings(_Section):
             raise ValueError(
                 f"engine.max_tokens ({self.max_tokens}) must not exceed engine.context ({self.context})"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _core_process_fits(self) -> EngineSettings:
+        if not self.core_process:
+            return self
+        if self.kind == "tensorfold":
+            raise ValueError(
+                "engine.core_process is for our engines; TensorFold runs in its own process already"
+            )
+        if self.kind == "transformers" and self.tp > 1:
+            raise ValueError("engine.core_process needs engine.tp = 1 for the transformers engine")
         return self
 
     @model_validator(mode="after")

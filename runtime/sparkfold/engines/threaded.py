@@ -42,7 +42,7 @@ from sparkfold.engines.generator import (
     stream_from_thread,
 )
 
-__all__ = ["Job", "ThreadedEngine"]
+__all__ = ["HfTokenizer", "Job", "ThreadedEngine"]
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,34 @@ class EngineBroken(Exception):
     """Raised by a backend when the engine, not one request, cannot go on (e.g. tp=2 ranks out of step)."""
 
 
-class ThreadedEngine(Generic[J]):
+class HfTokenizer:
+    """The tokenizer side of the Generator seam over a Hugging Face tokenizer."""
+
+    def _adopt(self, tokenizer: Any) -> None:
+        self._tokenizer = tokenizer
+        self.chat_template: str | None = getattr(tokenizer, "chat_template", None)
+        self.special_tokens = {
+            name: value
+            for name in SPECIAL_TOKEN_NAMES
+            if isinstance(value := getattr(tokenizer, name, None), str)
+        }
+
+    @property
+    def tokenizer(self) -> Any:
+        """The Hugging Face tokenizer (structured outputs compile their grammar for it)."""
+        return self._tokenizer
+
+    def encode(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
+        return list(self._tokenizer.encode(text, add_special_tokens=add_special_tokens))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return str(self._tokenizer.decode(list(ids), skip_special_tokens=False))
+
+    def token_strs(self, ids: Sequence[int]) -> list[str]:
+        return list(self._tokenizer.convert_ids_to_tokens(list(ids)))
+
+
+class ThreadedEngine(HfTokenizer, Generic[J]):
     """Tokenizer methods, health, ``generate``, ``close`` and the scheduling loop over one engine thread."""
 
     job_type: type[J]
@@ -84,13 +111,7 @@ class ThreadedEngine(Generic[J]):
 
     def _start(self, tokenizer: Any) -> None:
         """Adopt the tokenizer and start the engine thread (call last in ``__init__``)."""
-        self._tokenizer = tokenizer
-        self.chat_template: str | None = getattr(tokenizer, "chat_template", None)
-        self.special_tokens = {
-            name: value
-            for name in SPECIAL_TOKEN_NAMES
-            if isinstance(value := getattr(tokenizer, name, None), str)
-        }
+        self._adopt(tokenizer)
         self._inbox: queue.Queue[J | None] = queue.Queue()
         self._outbox = Outbox()
         """What a step emits reaches each event loop in one call (not one per token)."""
@@ -125,22 +146,6 @@ class ThreadedEngine(Generic[J]):
     def _shutdown(self) -> None:
         return None
 
-    # --- tokenizer ------------------------------------------------------------------------------
-
-    @property
-    def tokenizer(self) -> Any:
-        """The Hugging Face tokenizer (structured outputs compile their grammar for it)."""
-        return self._tokenizer
-
-    def encode(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
-        return list(self._tokenizer.encode(text, add_special_tokens=add_special_tokens))
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return str(self._tokenizer.decode(list(ids), skip_special_tokens=False))
-
-    def token_strs(self, ids: Sequence[int]) -> list[str]:
-        return list(self._tokenizer.convert_ids_to_tokens(list(ids)))
-
     # --- generation -----------------------------------------------------------------------------
 
     def healthy(self) -> bool:
@@ -159,10 +164,20 @@ class ThreadedEngine(Generic[J]):
             raise EngineFailure(self._fatal)
 
         def submit(emit: Emit) -> None:
-            self._inbox.put(self.job_type(list(prompt_ids), params, cancel, emit))
+            self.submit(prompt_ids, params, cancel, emit)
 
         async for token in stream_from_thread(submit, cancel, self._outbox):
             yield token
+
+    def submit(
+        self, prompt_ids: Sequence[int], params: SamplingParams, cancel: threading.Event, emit: Emit
+    ) -> None:
+        """Queue a request whose output the engine thread hands to ``emit`` (``generate`` without a loop)."""
+        self._inbox.put(self.job_type(list(prompt_ids), params, cancel, emit))
+
+    def use_outbox(self, outbox: Outbox) -> None:
+        """Hand each step's output to ``outbox`` (an engine core's step message) from now on."""
+        self._outbox = outbox
 
     def close(self) -> None:
         """Stop the engine thread; the thread's loop ends what still runs."""

@@ -47,25 +47,47 @@ def _is_glm_checkpoint(source: ModelSource) -> bool:
     return is_glm_model(json.loads(config.read_text(encoding="utf-8")))
 
 
-def _load_weights(settings: EngineSettings, source: ModelSource) -> tuple[Any, Any]:
-    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
+def _extra(source: ModelSource) -> dict[str, Any]:
+    return {"gguf_file": source.gguf_file} if source.gguf_file else {}
 
-    extra = {"gguf_file": source.gguf_file} if source.gguf_file else {}
-    tokenizer = AutoTokenizer.from_pretrained(source.path, **extra)
+
+def _load_tokenizer(source: ModelSource) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(source.path, **_extra(source))
+
+
+def _load_weights(settings: EngineSettings, source: ModelSource) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+
+    tokenizer = _load_tokenizer(source)
     auto = AutoModelForImageTextToText if _is_glm_checkpoint(source) else AutoModelForCausalLM
-    model = auto.from_pretrained(source.path, dtype=getattr(torch, settings.transformers.dtype), **extra)
+    model = auto.from_pretrained(
+        source.path, dtype=getattr(torch, settings.transformers.dtype), **_extra(source)
+    )
     model.eval()
     return model, tokenizer
 
 
-def _glm_chat(settings: EngineSettings, source: ModelSource, model: Any, tokenizer: Any) -> Any:
+def front(settings: EngineSettings) -> tuple[Any, Any]:
+    """What the HTTP side of an engine core needs, without the weights: the tokenizer, the GLM protocol."""
+    from transformers import AutoConfig
+
+    source = resolve_model(settings.model, settings.transformers.gguf_file)
+    tokenizer = _load_tokenizer(source)
+    if not _is_glm_checkpoint(source):
+        return tokenizer, None
+    return tokenizer, _glm_chat(settings, source, AutoConfig.from_pretrained(source.path), tokenizer)
+
+
+def _glm_chat(settings: EngineSettings, source: ModelSource, config: Any, tokenizer: Any) -> Any:
     """The GLM protocol for a GLM checkpoint (``sparkfold.glm.serving.GlmChat``), else ``None``."""
     from sparkfold.glm.media import MediaLimits
     from sparkfold.glm.serving import GlmChat, is_glm_model
 
-    if not is_glm_model(model.config):
+    if not is_glm_model(config):
         return None
-    has_vision = getattr(model.config, "vision_config", None) is not None
+    has_vision = getattr(config, "vision_config", None) is not None
     image_processor = video_processor = None
     if has_vision:
         from transformers import AutoImageProcessor
@@ -77,7 +99,7 @@ def _glm_chat(settings: EngineSettings, source: ModelSource, model: Any, tokeniz
             video_processor = AutoVideoProcessor.from_pretrained(source.path)
         except (ImportError, ValueError, OSError) as exc:  # torchvision missing: images only
             log.warning("video input disabled: %s", str(exc).strip().splitlines()[0])
-    text = getattr(model.config, "text_config", model.config)
+    text = getattr(config, "text_config", config)
     return GlmChat(
         tokenizer,
         model_dir=source.path,
@@ -335,6 +357,6 @@ def load(
             context_length=min(settings.context, window),
             parallel=settings.parallel,
             on_fatal=on_fatal,
-            glm=_glm_chat(settings, source, model, tokenizer),
+            glm=_glm_chat(settings, source, model.config, tokenizer),
         )
     return Loaded(source, runner, generator, time.monotonic() - started)

@@ -42,6 +42,8 @@ __all__ = [
     "TOOL_MARKERS",
     "ConstrainedMatcher",
     "GrammarCompiler",
+    "MatcherFactory",
+    "MatcherSpec",
     "OutputConstraint",
     "ToolFormat",
     "allocate_bitmask",
@@ -82,6 +84,43 @@ class OutputConstraint:
     kind: ConstraintKind
     value: str
     param: str
+
+
+@dataclass(frozen=True)
+class MatcherSpec:
+    """A fresh :class:`ConstrainedMatcher`'s recipe: picklable, unlike the matcher (xgrammar state)."""
+
+    constraint: OutputConstraint
+    vocab_size: int
+    stop_token_ids: tuple[int, ...]
+    trigger_token_id: int | None
+
+
+class MatcherFactory:
+    """Builds the matcher a :class:`MatcherSpec` describes for one tokenizer (a compiler per vocabulary)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._tokenizer = tokenizer
+        self._compilers: dict[tuple[int, tuple[int, ...]], GrammarCompiler] = {}
+
+    def build(self, spec: MatcherSpec) -> ConstrainedMatcher:
+        key = (spec.vocab_size, spec.stop_token_ids)
+        compiler = self._compilers.get(key)
+        if compiler is None:
+            compiler = self._compilers[key] = GrammarCompiler(
+                self._tokenizer,
+                vocab_size=spec.vocab_size,
+                stop_tokens=(),
+                stop_token_ids=spec.stop_token_ids,
+                think_end=None,
+            )
+        return ConstrainedMatcher(
+            compiler.compile(spec.constraint),
+            vocab_size=spec.vocab_size,
+            trigger_token_id=spec.trigger_token_id,
+            stop_token_ids=spec.stop_token_ids,
+            spec=spec,
+        )
 
 
 def _schema_text(schema: Any, param: str) -> str:
@@ -197,8 +236,11 @@ class ConstrainedMatcher:
         vocab_size: int,
         trigger_token_id: int | None,
         stop_token_ids: Sequence[int] = (),
+        spec: MatcherSpec | None = None,
     ) -> None:
         self._matcher = xgr.GrammarMatcher(compiled)
+        self.spec = spec
+        """What it was built from: another process (an engine core) builds the same one from it."""
         self.vocab_size = vocab_size
         self.stop_token_ids = tuple(stop_token_ids)
         self._trigger = trigger_token_id
@@ -348,9 +390,13 @@ class GrammarCompiler:
 
     def matcher(self, constraint: OutputConstraint, *, thinking: bool) -> ConstrainedMatcher:
         """A fresh matcher; with ``thinking`` it waits for ``</think>`` before constraining."""
+        spec = MatcherSpec(
+            constraint, self.vocab_size, tuple(self.stop_token_ids), self.think_end_id if thinking else None
+        )
         return ConstrainedMatcher(
             self.compile(constraint),
-            vocab_size=self.vocab_size,
-            trigger_token_id=self.think_end_id if thinking else None,
-            stop_token_ids=self.stop_token_ids,
+            vocab_size=spec.vocab_size,
+            trigger_token_id=spec.trigger_token_id,
+            stop_token_ids=spec.stop_token_ids,
+            spec=spec,
         )

@@ -17,17 +17,17 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from sparkfold.config import Settings
+from sparkfold.config import EngineSettings, Settings
 from sparkfold.engines.models import resolve_model
 from sparkfold.node.notify import notify, watchdog_interval_s
 from sparkfold.node.peer import HEARTBEAT_PORT_OFFSET, PeerWatch, start_peer_watch
 from sparkfold.node.serving import mark_serving
 from sparkfold.protocol import PeerState
 
-__all__ = ["EngineUnavailable", "RankError", "describe", "feed_watchdog", "run_rank"]
+__all__ = ["EngineUnavailable", "RankError", "describe", "feed_watchdog", "load_engine", "run_rank"]
 
 log = logging.getLogger("sparkfold.engine")
 
@@ -85,7 +85,9 @@ def describe(settings: Settings) -> dict[str, Any]:
         "tp": engine.tp,
         "serve": f"http://{engine.host}:{engine.port}/v1" if rank == 0 else None,
         "runs": (
-            "in this process (the exllamav3 engine on this host's GPUs)"
+            f"the {engine.kind} engine in a process of its own (the engine core); HTTP in this one"
+            if engine.core_process
+            else "in this process (the exllamav3 engine on this host's GPUs)"
             if engine.kind == "exllamav3"
             else "in this process (the transformers engine on CPU)"
         ),
@@ -122,8 +124,8 @@ def run_rank(settings: Settings) -> int:
             return run_tensorfold_rank(settings, die=_die)
         except RankStartError as exc:
             raise RankError(str(exc)) from None
-    if engine.kind == "exllamav3":
-        return _run_exllamav3(settings)
+    if engine.kind == "exllamav3" or engine.core_process:
+        return _run_single(settings)
     if engine.kind != "transformers":
         raise EngineUnavailable(
             f'engine.kind = {engine.kind!r} is not available yet in this build; use "transformers"'
@@ -158,22 +160,47 @@ def run_rank(settings: Settings) -> int:
     return asyncio.run(_serve(settings, loaded.generator, watch, http))
 
 
-def _run_exllamav3(settings: Settings) -> int:
-    """The GPU engine: one process on this host; ``tp`` = local GPUs (exllamav3's own workers)."""
+def load_engine(engine: EngineSettings, on_fatal: Callable[[str], None]) -> Any:
+    """The generator of a rank 0 without a peer process: exllamav3, or transformers with ``tp = 1``.
+
+    What :func:`run_rank` loads in this process, and an engine core (``[engine] core_process``)
+    in its own. Raises :class:`RankError` (:class:`EngineUnavailable`) with the operator's line.
+    """
+    if engine.kind == "transformers":
+        from sparkfold.engines.transformers_backend import load as load_transformers
+
+        try:
+            loaded_t = load_transformers(engine, 0, None, on_fatal=on_fatal)
+        except (FileNotFoundError, ValueError) as exc:
+            raise RankError(str(exc)) from None
+        log.info("loaded %s in %.1f s", loaded_t.source.describe(), loaded_t.load_s)
+        return loaded_t.generator
     from sparkfold.engines.exllamav3 import Exllamav3Unavailable, PoolTooSmall, load
 
-    engine = settings.engine
-    notify(f"MAINPID={os.getpid()}", "STATUS=starting")
-    http = _listen(engine.host, engine.port)
-    notify("STATUS=loading")
     try:
-        loaded = load(engine, on_fatal=_die)
+        loaded = load(engine, on_fatal=on_fatal)
     except Exllamav3Unavailable as exc:
         raise EngineUnavailable(str(exc)) from None
     except (PoolTooSmall, FileNotFoundError, ValueError) as exc:
         raise RankError(str(exc)) from None
     log.info("loaded %s in %.1f s: %s", engine.model, loaded.load_s, loaded.plan)
-    return asyncio.run(_serve(settings, loaded.generator, None, http))
+    return loaded.generator
+
+
+def _run_single(settings: Settings) -> int:
+    """One rank 0 on this host: exllamav3 (``tp`` = local GPUs, exllamav3's own workers), or an
+    engine core of either engine (``[engine] core_process``: the engine in a child process)."""
+    engine = settings.engine
+    notify(f"MAINPID={os.getpid()}", "STATUS=starting")
+    http = _listen(engine.host, engine.port)
+    notify("STATUS=loading")
+    if engine.core_process:
+        from sparkfold.engines.core_process import CoreClient
+
+        generator: Any = CoreClient.start(engine)
+    else:
+        generator = load_engine(engine, _die)
+    return asyncio.run(_serve(settings, generator, None, http))
 
 
 def _follow(settings: Settings, runner: Any, watch: PeerWatch | None) -> int:

@@ -31,7 +31,7 @@ from sparkfold.engines.exllamav3.sizing import (
 )
 from sparkfold.engines.exllamav3.vision import VisionPreprocessor
 
-__all__ = ["Loaded", "load"]
+__all__ = ["Loaded", "front", "load"]
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +106,16 @@ def _glm_chat(
         default_thinking=settings.thinking,
         model_name=settings.served_name,
     )
+
+
+def front(settings: EngineSettings, vocab_size: int) -> tuple[Any, Any]:
+    """What the HTTP side of an engine core needs: the tokenizer and the GLM protocol (no pictures:
+    the vision tower is on the GPU, in the core)."""
+    from transformers import AutoTokenizer
+
+    directory = Path(settings.model)
+    tokenizer = AutoTokenizer.from_pretrained(str(directory))
+    return tokenizer, _glm_chat(settings, directory, tokenizer, vocab_size)
 
 
 def load(settings: EngineSettings, on_fatal: Callable[[str], None] | None = None) -> Loaded:

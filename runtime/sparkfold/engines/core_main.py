@@ -1,0 +1,219 @@
+"""The engine core: the model and its engine thread in a process of their own (``[engine] core_process``).
+
+``python -m sparkfold.engines.core_main FD`` is started by
+:class:`~sparkfold.engines.core_process.CoreClient`; ``FD`` is its end of a socket pair. It
+loads the generator the settings name (:func:`~sparkfold.node.supervisor.load_engine`, the same
+loader and the same errors as an engine in the server's process), answers ``ready`` (or
+``failed``), then runs without an event loop: this thread reads requests and cancels and puts
+them on the engine's inbox (``ThreadedEngine.submit``), the engine thread steps, and at the end
+of each step :class:`StepWriter` sends every stream's new tokens in ONE message
+(:mod:`~sparkfold.engines.core_wire`). A status thread sends the health snapshot.
+
+It ignores SIGINT and SIGTERM (the server drains first, then sends ``close``), and it exits when
+the server goes: the connection reaching its end, or the kernel's parent-death signal while it
+still loads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+from sparkfold.engines import core_wire
+from sparkfold.engines.generator import Outbox, SamplingParams
+
+__all__ = ["StepWriter", "main"]
+
+log = logging.getLogger("sparkfold.engine.core")
+PR_SET_PDEATHSIG = 1
+
+
+@dataclass
+class _Stream:
+    params: SamplingParams
+    cancel: threading.Event
+    logprobs_sent: int = 0
+
+
+class StepWriter(Outbox):
+    """Collects what the engine thread emits in a step and sends it as one ``step`` message.
+
+    Outside a step (a refusal at admission, the end of everything at shutdown) an item goes at once.
+    """
+
+    def __init__(self, conn: Connection, lock: threading.Lock) -> None:
+        super().__init__()
+        self._conn = conn
+        self._lock = lock
+        self.streams: dict[int, _Stream] = {}
+        self._pending: dict[int, tuple[list[int], Any]] = {}
+        self._in_step: int | None = None
+
+    @contextlib.contextmanager
+    def step(self) -> Iterator[None]:
+        self._in_step = threading.get_ident()
+        try:
+            yield
+        finally:
+            self._in_step = None
+            self.flush()
+
+    def emit(self, rid: int, item: int | BaseException | None) -> None:
+        tokens, _ = entry = self._pending.get(rid) or ([], None)
+        if isinstance(item, int):
+            tokens.append(item)
+        else:
+            entry = (tokens, ("done",) if item is None else ("error", core_wire.portable_error(item)))
+        self._pending[rid] = entry
+        if self._in_step != threading.get_ident():
+            self.flush()
+
+    def flush(self) -> None:
+        pending, self._pending = self._pending, {}
+        if not pending:
+            return
+        out = []
+        for rid, (tokens, end) in pending.items():
+            stream = self.streams.get(rid)
+            if stream is None:
+                continue
+            logprobs = stream.params.logprobs_out[stream.logprobs_sent :]
+            stream.logprobs_sent += len(logprobs)
+            out.append((rid, tokens, logprobs, stream.params.report, end))
+            if end is not None:
+                del self.streams[rid]
+        with self._lock:
+            core_wire.send(self._conn, ("step", out))
+
+
+def _status(generator: Any) -> dict[str, Any]:
+    pool = getattr(generator, "pool_stats", None)
+    metrics = getattr(generator, "metrics_text", None)
+    return {
+        "healthy": bool(generator.healthy()),
+        "stalled_s": float(generator.stalled_s()),
+        "pool": pool() if callable(pool) else None,
+        "metrics": metrics() if callable(metrics) else None,
+    }
+
+
+def _report_status(conn: Connection, lock: threading.Lock, generator: Any, stop: threading.Event) -> None:
+    while not stop.wait(core_wire.STATUS_S):
+        try:
+            snapshot = _status(generator)
+            with lock:
+                core_wire.send(conn, ("status", snapshot))
+        except OSError:
+            return
+
+
+def _ready_info(generator: Any) -> dict[str, Any]:
+    return {
+        "backend": generator.backend,
+        "context_length": generator.context_length,
+        "parallel": generator.parallel,
+        "eos_token_ids": frozenset(generator.eos_token_ids),
+        "vocab_size": generator.vocab_size,
+        "tp": getattr(generator, "tp", 1),
+        "supports_logprobs": bool(getattr(generator, "supports_logprobs", False)),
+        "glm": getattr(generator, "glm", None) is not None,
+        "pid": os.getpid(),
+        "status": _status(generator),
+    }
+
+
+def _die(message: str) -> None:
+    log.critical("%s", message)
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    os._exit(1)
+
+
+def serve(conn: Connection, generator: Any) -> None:
+    """Requests in, step messages out, until ``close`` or the server is gone."""
+    from sparkfold.glm.grammar import MatcherFactory
+
+    lock = threading.Lock()
+    writer = StepWriter(conn, lock)
+    generator.use_outbox(writer)
+    matchers = MatcherFactory(generator.tokenizer)
+    stop = threading.Event()
+    status = threading.Thread(
+        target=_report_status, args=(conn, lock, generator, stop), name="core-status", daemon=True
+    )
+    status.start()
+    try:
+        while True:
+            try:
+                message = core_wire.recv(conn, matchers)
+            except (EOFError, OSError):
+                log.info("the engine server is gone; the core stops")
+                break
+            kind = message[0]
+            if kind == "submit":
+                _, rid, prompt, params = message
+                cancel = threading.Event()
+                writer.streams[rid] = _Stream(params, cancel)
+                generator.submit(prompt, params, cancel, functools.partial(writer.emit, rid))
+            elif kind == "cancel":
+                stream = writer.streams.get(message[1])
+                if stream is not None:
+                    stream.cancel.set()
+            elif kind == "close":
+                break
+    finally:
+        stop.set()
+        generator.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    from sparkfold.config import EngineSettings
+    from sparkfold.node.supervisor import EngineUnavailable, RankError, load_engine
+
+    args = sys.argv[1:] if argv is None else argv
+    conn = Connection(int(args[0]))
+    parent = os.getppid()
+    if sys.platform == "linux":  # the server SIGKILLed while this still loads: go too
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:
+            return 1
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)  # the server drains, then closes this
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s sparkfold-engine[core] %(levelname)s %(message)s",
+    )
+    try:
+        message = core_wire.recv(conn)
+    except (EOFError, OSError):
+        return 1
+    settings = EngineSettings.model_validate_json(message[1])
+    try:
+        generator = load_engine(settings, _die)
+    except RankError as exc:
+        core_wire.send(conn, ("failed", isinstance(exc, EngineUnavailable), str(exc)))
+        return 1
+    except Exception as exc:
+        log.exception("the engine core could not load")
+        core_wire.send(conn, ("failed", False, f"the engine could not load: {exc}"))
+        return 1
+    if hasattr(generator, "stall_s"):
+        generator.stall_s = settings.stall_s
+    core_wire.send(conn, ("ready", _ready_info(generator)))
+    serve(conn, generator)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,260 @@
+"""The engine core in a process of its own (``[engine] core_process = true``), for real, on CPU.
+
+The transformers engine on SmolLM2 (and the tiny GLM for structured output) behind a real
+``sparkfold engine``: the same greedy tokens as in-process, streaming, a client that leaves
+frees its lane in the core, lanes and the 503, the core killed (``/health`` 503, requests fail,
+the server stays up), SIGTERM ends both processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import jsonschema
+import psutil
+import pytest
+from engine_procs import EngineProcess, free_port, reference_tokens, wait_healthy, write_config
+
+pytestmark = pytest.mark.slow
+
+QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+def _core(engine: EngineProcess) -> psutil.Process:
+    """The engine core: the server's one python child."""
+    (child,) = psutil.Process(engine.proc.pid).children()
+    assert "sparkfold.engines.core_main" in child.cmdline()
+    return child
+
+
+@pytest.fixture(scope="module")
+def served(smol_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, EngineProcess]]:
+    port = free_port()
+    tmp = tmp_path_factory.mktemp("core")
+    config = write_config(tmp / "sparkfold.toml", smol_dir, port=port, core_process=True)
+    engine = EngineProcess(config, tmp / "engine.log")
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, engine)
+        yield url, engine
+    finally:
+        engine.stop()
+
+
+@pytest.fixture
+def server(served: tuple[str, EngineProcess]) -> str:
+    return served[0]
+
+
+def test_greedy_equals_plain_generate_through_the_core(server: str, smol_dir: Path) -> None:
+    prompt = httpx.post(f"{server}/tokenize", json={"messages": QUESTION}).json()["tokens"]
+    body = {"prompt": prompt, "max_tokens": 20, "temperature": 0, "return_token_ids": True}
+    served = httpx.post(f"{server}/v1/completions", json=body, timeout=120).json()["choices"][0]["token_ids"]
+    assert served == reference_tokens(smol_dir, prompt, 20)
+
+
+def test_a_stream_and_its_logprobs_come_through_the_core(server: str) -> None:
+    body = {
+        "messages": QUESTION,
+        "max_tokens": 12,
+        "temperature": 0,
+        "stream": True,
+        "logprobs": True,
+        "top_logprobs": 2,
+        "ignore_eos": True,
+        "stream_options": {"include_usage": True},
+    }
+    chunks = []
+    with httpx.stream("POST", f"{server}/v1/chat/completions", json=body, timeout=120) as reply:
+        assert reply.status_code == 200
+        for line in reply.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                chunks.append(json.loads(line[6:]))
+    streamed = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    plain = httpx.post(f"{server}/v1/chat/completions", json={**body, "stream": False}, timeout=120).json()
+    assert streamed == plain["choices"][0]["message"]["content"]
+    assert chunks[-1]["usage"]["completion_tokens"] == 12
+    logprobs = plain["choices"][0]["logprobs"]["content"]
+    assert len(logprobs) == 12 and all(len(entry["top_logprobs"]) == 2 for entry in logprobs)
+
+
+def test_concurrent_requests_get_what_they_get_alone(server: str) -> None:
+    prompts = ["The capital of France is", "One, two, three,"]
+
+    async def ask(http: httpx.AsyncClient, prompt: str) -> str:
+        body = {"prompt": prompt, "max_tokens": 16, "temperature": 0}
+        reply = await http.post(f"{server}/v1/completions", json=body)
+        return str(reply.json()["choices"][0]["text"])
+
+    async def main() -> tuple[list[str], list[str]]:
+        async with httpx.AsyncClient(timeout=120) as http:
+            alone = [await ask(http, p) for p in prompts]
+            together = await asyncio.gather(*(ask(http, p) for p in prompts))
+        return alone, list(together)
+
+    alone, together = asyncio.run(main())
+    assert alone == together
+
+
+def test_a_client_that_leaves_frees_its_lane_in_the_core(server: str) -> None:
+    body = {
+        "prompt": "Count from one to one hundred:",
+        "max_tokens": 1500,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    for _ in range(3):  # parallel = 2: a lane that stayed taken would turn the third into a 503
+        with httpx.stream("POST", f"{server}/v1/completions", json=body, timeout=60) as reply:
+            for line in reply.iter_lines():
+                if line.startswith("data: "):
+                    break  # first token arrived; leave
+    health: dict[str, int] = {}
+    for _ in range(300):  # bounded poll: the core ends the abandoned requests
+        health = httpx.get(f"{server}/health").json()
+        if health["requests_running"] == 0:
+            break
+        time.sleep(0.1)
+    assert health["requests_running"] == 0
+    short = {"prompt": "Hello", "max_tokens": 2}
+
+    async def both() -> list[int]:
+        async with httpx.AsyncClient(timeout=120) as http:
+            replies = await asyncio.gather(
+                *(http.post(f"{server}/v1/completions", json=short) for _ in range(2))
+            )
+        return [r.status_code for r in replies]
+
+    assert asyncio.run(both()) == [200, 200]  # both lanes are free again
+
+
+def test_past_its_lanes_the_engine_answers_503_capacity(server: str) -> None:
+    long = {"prompt": "Once upon a time", "max_tokens": 300, "ignore_eos": True}
+
+    async def three() -> list[httpx.Response]:
+        async with httpx.AsyncClient(timeout=300) as http:
+            return list(
+                await asyncio.gather(*(http.post(f"{server}/v1/completions", json=long) for _ in range(3)))
+            )
+
+    replies = asyncio.run(three())  # parallel = 2; 300 tokens take longer than the 2 s a request waits
+    assert sorted(r.status_code for r in replies) == [200, 200, 503]
+    assert next(r for r in replies if r.status_code == 503).json()["error"]["code"] == "capacity"
+
+
+def test_structured_output_through_the_core(tmp_path: Path, engines: list[EngineProcess]) -> None:
+    from sparkfold.testing.tiny_glm import write_tiny_glm
+
+    schema = {
+        "type": "object",
+        "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer", "minimum": 0, "maximum": 99}},
+        "required": ["ok", "n"],
+        "additionalProperties": False,
+    }
+    model = write_tiny_glm(tmp_path / "model")
+    port = free_port()
+    config = write_config(
+        tmp_path / "glm.toml", model, port=port, served_name="glm", thinking=False, core_process=True
+    )
+    engine = EngineProcess(config, tmp_path / "glm.log")
+    engines.append(engine)
+    url = f"http://127.0.0.1:{port}"
+    wait_healthy(url, engine)
+    fmt = {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}
+    body = {"messages": [{"role": "user", "content": "JSON"}], "response_format": fmt, "max_tokens": 48}
+    for seed in range(2):
+        reply = httpx.post(
+            f"{url}/v1/chat/completions", json={**body, "seed": seed, "temperature": 1.0}, timeout=120
+        )
+        assert reply.status_code == 200, reply.text
+        choice = reply.json()["choices"][0]
+        assert choice["finish_reason"] == "stop"
+        jsonschema.validate(json.loads(choice["message"]["content"]), schema)
+    bad = httpx.post(f"{url}/v1/chat/completions", json={**body, "guided_regex": "("}, timeout=60)
+    assert bad.status_code == 400 and "guided_regex" in bad.text  # refused here, the core never sees it
+
+
+def test_the_core_killed_makes_health_503_and_requests_fail(
+    smol_dir: Path, tmp_path: Path, engines: list[EngineProcess]
+) -> None:
+    port = free_port()
+    engine = EngineProcess(
+        write_config(tmp_path / "e.toml", smol_dir, port=port, core_process=True), tmp_path / "e.log"
+    )
+    engines.append(engine)
+    url = f"http://127.0.0.1:{port}"
+    wait_healthy(url, engine)
+    core = _core(engine)
+    core.kill()
+    core.wait(timeout=30)
+    health = httpx.get(f"{url}/health")
+    for _ in range(100):  # bounded: the server's reader sees the end of the connection
+        if health.status_code == 503:
+            break
+        time.sleep(0.1)
+        health = httpx.get(f"{url}/health")
+    assert health.status_code == 503 and health.json()["ok"] is False
+    reply = httpx.post(f"{url}/v1/completions", json={"prompt": "Hello", "max_tokens": 4}, timeout=60)
+    assert reply.status_code == 500 and "engine core" in reply.json()["error"]["message"]
+    assert engine.proc.poll() is None  # the server stays up (the watchdog, not a crash, restarts it)
+
+
+def test_sigterm_drains_then_stops_the_server_and_its_core(
+    smol_dir: Path, tmp_path: Path, engines: list[EngineProcess]
+) -> None:
+    port = free_port()
+    engine = EngineProcess(
+        write_config(tmp_path / "e.toml", smol_dir, port=port, core_process=True), tmp_path / "e.log"
+    )
+    engines.append(engine)
+    url = f"http://127.0.0.1:{port}"
+    wait_healthy(url, engine)
+    core = _core(engine)
+    body = {"prompt": "Once upon a time", "max_tokens": 30, "ignore_eos": True, "stream": True}
+    events: list[str] = []
+    with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=120) as reply:
+        for line in reply.iter_lines():
+            if line.startswith("data: "):
+                events.append(line[6:])
+                if len(events) == 1:
+                    engine.signal(signal.SIGTERM)  # mid-stream: the core keeps generating through the drain
+    assert events[-1] == "[DONE]"
+    assert json.loads(events[-2])["usage"]["completion_tokens"] == 30
+    assert engine.wait_exit(60) == 0, engine.output()[-2000:]
+    core.wait(timeout=30)  # raises if the core outlived its server
+
+
+def test_the_server_killed_takes_its_core_along(
+    smol_dir: Path, tmp_path: Path, engines: list[EngineProcess]
+) -> None:
+    port = free_port()
+    engine = EngineProcess(
+        write_config(tmp_path / "e.toml", smol_dir, port=port, core_process=True), tmp_path / "e.log"
+    )
+    engines.append(engine)
+    wait_healthy(f"http://127.0.0.1:{port}", engine)
+    core = _core(engine)
+    engine.proc.kill()  # SIGKILL: no drain, no close message
+    engine.proc.wait(timeout=30)
+    core.wait(timeout=30)  # the end of the connection: it exits by itself (not a process_guard kill)
+
+
+def test_a_load_error_in_the_core_is_the_same_clear_line(
+    tmp_path: Path, engines: list[EngineProcess]
+) -> None:
+    model = tmp_path / "no-model"
+    model.mkdir()
+    port = free_port()
+    engine = EngineProcess(
+        write_config(tmp_path / "e.toml", model, port=port, core_process=True), tmp_path / "e.log"
+    )
+    engines.append(engine)
+    assert engine.wait_exit(120) == 1
+    output = engine.output()
+    assert "Error:" in output and str(model) in output, output[-2000:]
+    assert "Traceback" not in output
