@@ -17,7 +17,13 @@ prompt is new (no prefix reuse between rounds). Every request generates exactly 
 tokens (``ignore_eos``), greedy.
 
     python tests/bench/exllamav3_bench.py MODEL_DIR [--json FILE] [--tokens 128] [--rounds 4]
-        [--levels 1,4,8,16]
+        [--levels 1,4,8,16] [--servers plain,omp,core]
+
+``--servers`` measures each named engine server against the same direct loop, one after another
+(each with its own JSON, ``FILE`` with ``-NAME`` before the suffix when there are several):
+``plain`` is the server as the benchmark always started it (``OMP_NUM_THREADS=1``), ``omp`` the
+same without that variable, ``core`` the server with ``[engine] core_process = true`` (the engine
+in a process of its own).
 
 Each level's row is printed (and the JSON file rewritten) as soon as it is measured, so a run cut
 short by a time limit still leaves the levels it finished.
@@ -85,12 +91,27 @@ def _prefix_reuse(url: str) -> dict[str, float]:
     }
 
 
+SERVERS: dict[str, tuple[dict[str, str | None], dict[str, bool]]] = {
+    "plain": ({}, {}),
+    "omp": ({"OMP_NUM_THREADS": None}, {}),
+    "core": ({}, {"core_process": True}),
+}
+"""``--servers``: each name's environment changes and ``[engine]`` keys."""
+
+
 @contextlib.contextmanager
 def serve(
-    model_dir: Path, log_dir: Path, name: str, *, max_tokens: int, context: int = 16_384
+    model_dir: Path,
+    log_dir: Path,
+    name: str,
+    *,
+    max_tokens: int,
+    context: int = 16_384,
+    server: str = "plain",
 ) -> Iterator[tuple[str, EngineProcess]]:
     """``sparkfold engine`` (kind exllamav3, 16 lanes, a ``POOL_TOKENS`` pool) on the model in a
-    child process; yields its URL and process once healthy, stops it after."""
+    child process, set up as ``SERVERS[server]``; yields its URL and process once healthy, stops it after."""
+    env, engine = SERVERS[server]
     port = free_port()
     config = write_config(
         log_dir / f"{name}.toml",
@@ -101,10 +122,11 @@ def serve(
         context=context,
         max_tokens=max_tokens,
         parallel=max(LEVELS),
+        **engine,
     )
     pool = max(POOL_TOKENS, 2 * context)
     config.write_text(config.read_text() + f"[engine.exllamav3]\npool_tokens = {pool}\n")
-    proc = EngineProcess(config, log_dir / f"engine-{name}-{model_dir.name}.log", env=child_env())
+    proc = EngineProcess(config, log_dir / f"engine-{name}-{model_dir.name}.log", env={**child_env(), **env})
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, proc, deadline_s=400)
@@ -114,13 +136,25 @@ def serve(
 
 
 def measure(
-    model_dir: Path, tokens: int, rounds: int, at: Sequence[int], log_dir: Path, report: Report
+    model_dir: Path,
+    tokens: int,
+    rounds: int,
+    at: Sequence[int],
+    log_dir: Path,
+    json_path: Path | None,
+    servers: Sequence[str] = ("plain",),
 ) -> None:
     direct = Direct(model_dir)
     try:
-        with serve(model_dir, log_dir, "bench", max_tokens=tokens) as (url, _):
-            levels(url, direct, tokens, rounds, at, report.level)
-            report.reuse(_prefix_reuse(url))
+        for server in servers:
+            path = json_path
+            if path is not None and len(servers) > 1:
+                path = path.with_name(f"{path.stem}-{server}{path.suffix}")
+            print(f"server: {server}", flush=True)
+            report = Report(path)
+            with serve(model_dir, log_dir, f"bench-{server}", max_tokens=tokens, server=server) as (url, _):
+                levels(url, direct, tokens, rounds, at, report.level)
+                report.reuse(_prefix_reuse(url))
     finally:
         direct.close()
 
@@ -129,10 +163,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", type=Path)
     add_arguments(parser)
+    parser.add_argument(
+        "--servers", default="plain", help=f"comma-separated engine servers to measure: {', '.join(SERVERS)}"
+    )
     args = parser.parse_args()
     at = parse_levels(parser, args.levels)
+    servers = args.servers.split(",")
+    if not servers or any(name not in SERVERS for name in servers):
+        parser.error(f"--servers: a comma-separated list of {', '.join(SERVERS)}")
     log_dir = args.json.parent if args.json else Path(tempfile.mkdtemp(prefix="exl3-bench-"))
-    measure(args.model, args.tokens, args.rounds, at, log_dir, Report(args.json))
+    measure(args.model, args.tokens, args.rounds, at, log_dir, args.json, servers)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,14 +54,16 @@ def write_config(
 class ChildProcess:
     """A child process running this checkout's runtime, its output in ``log``."""
 
-    def __init__(self, command: Sequence[str], log: Path, env: dict[str, str] | None = None) -> None:
-        base = {**os.environ, "PYTHONPATH": str(RUNTIME), "OMP_NUM_THREADS": "1"}
+    def __init__(
+        self, command: Sequence[str], log: Path, env: Mapping[str, str | None] | None = None
+    ) -> None:
+        """``env`` adds to (a value of None: removes from) this process's environment."""
+        base: dict[str, str | None] = {**os.environ, "PYTHONPATH": str(RUNTIME), "OMP_NUM_THREADS": "1"}
         base.pop("NOTIFY_SOCKET", None)
+        merged = {name: value for name, value in {**base, **(env or {})}.items() if value is not None}
         self.log = log
         self._out = log.open("wb")
-        self.proc = subprocess.Popen(
-            command, env={**base, **(env or {})}, stdout=self._out, stderr=subprocess.STDOUT
-        )
+        self.proc = subprocess.Popen(command, env=merged, stdout=self._out, stderr=subprocess.STDOUT)
 
     def output(self) -> str:
         self._out.flush()
@@ -98,7 +100,7 @@ class EngineProcess(ChildProcess):
     """``sparkfold engine --config FILE`` as a child process (optionally inside a netns)."""
 
     def __init__(
-        self, config: Path, log: Path, prefix: Sequence[str] = (), env: dict[str, str] | None = None
+        self, config: Path, log: Path, prefix: Sequence[str] = (), env: Mapping[str, str | None] | None = None
     ) -> None:
         command = [*prefix, sys.executable, "-c", "from sparkfold.cli import main; main()"]
         super().__init__([*command, "engine", "--config", str(config)], log, env)
