@@ -17,13 +17,13 @@ prompt is new (no prefix reuse between rounds). Every request generates exactly 
 tokens (``ignore_eos``), greedy.
 
     python tests/bench/exllamav3_bench.py MODEL_DIR [--json FILE] [--tokens 128] [--rounds 4]
-        [--levels 1,4,8,16] [--servers plain,omp,core]
+        [--levels 1,4,8,16] [--servers plain,omp,core,core-omp]
 
 ``--servers`` measures each named engine server against the same direct loop, one after another
 (each with its own JSON, ``FILE`` with ``-NAME`` before the suffix when there are several):
 ``plain`` is the server as the benchmark always started it (``OMP_NUM_THREADS=1``), ``omp`` the
 same without that variable, ``core`` the server with ``[engine] core_process = true`` (the engine
-in a process of its own).
+in a process of its own), ``core-omp`` that without ``OMP_NUM_THREADS=1``.
 
 Each level's row is printed (and the JSON file rewritten) as soon as it is measured, so a run cut
 short by a time limit still leaves the levels it finished.
@@ -95,6 +95,7 @@ SERVERS: dict[str, tuple[dict[str, str | None], dict[str, bool]]] = {
     "plain": ({}, {}),
     "omp": ({"OMP_NUM_THREADS": None}, {}),
     "core": ({}, {"core_process": True}),
+    "core-omp": ({"OMP_NUM_THREADS": None}, {"core_process": True}),
 }
 """``--servers``: each name's environment changes and ``[engine]`` keys."""
 
