@@ -16,6 +16,8 @@ interleaved rounds (the same kind of jobs as ``exllamav3_bench.py``, new prompts
 - ``engine``: sparkfold's engine as the server loads it (``engines.exllamav3.loading.load``: its
   own model, pool, generator settings and engine thread), driven by ``generate()`` from an event
   loop in this thread: everything the server runs except HTTP, SSE and the GLM output parsing.
+- ``engine-stops`` (only when named in ``--only``): ``engine`` with the GLM stop tokens the server
+  puts on every request (``SamplingParams.stop_token_ids``, exllamav3's ``stop_conditions``).
 
 If ``server-config`` or ``server-jobs`` loses against ``default`` what the server loses against the
 direct loop, the cost is in the configuration, not in HTTP, threads or the GIL; if ``engine``
@@ -83,7 +85,8 @@ class LoopThread(GeneratorLoop):
 class Engine:
     """sparkfold's exllamav3 engine (the server's generator and engine thread), no HTTP."""
 
-    def __init__(self, model_dir: Path, tokens: int) -> None:
+    def __init__(self, model_dir: Path, tokens: int, *, stops: bool = False) -> None:
+        """``stops``: with the GLM stop tokens the server puts on every request (``engine-stops``)."""
         from sparkfold.config import EngineSettings
         from sparkfold.engines.exllamav3.loading import load
 
@@ -98,11 +101,13 @@ class Engine:
             }
         )
         self.generator = load(settings).generator
+        glm = self.generator.glm
+        self.stop_token_ids = frozenset(glm.stop_token_ids) if stops and glm is not None else frozenset()
 
     async def _reply(self, text: str, tokens: int) -> int:
         from sparkfold.engines.generator import SamplingParams
 
-        params = SamplingParams(max_tokens=tokens, ignore_eos=True)
+        params = SamplingParams(max_tokens=tokens, ignore_eos=True, stop_token_ids=self.stop_token_ids)
         stream = self.generator.generate(self.generator.encode(text), params, threading.Event())
         return sum([1 async for _ in stream])
 
@@ -153,6 +158,8 @@ def main() -> None:
         variants = {name: loop for name, loop in variants.items() if name in args.only.split(",")}
     if not args.only or "engine" in args.only.split(","):
         variants["engine"] = Engine(args.model, args.tokens)
+    if "engine-stops" in args.only.split(","):
+        variants["engine-stops"] = Engine(args.model, args.tokens, stops=True)
     result: dict[str, Any] = {}
     for level in [int(n) for n in args.levels.split(",")]:
         for name, loop in variants.items():
