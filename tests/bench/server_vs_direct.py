@@ -54,8 +54,10 @@ class GeneratorLoop:
     """An exllamav3-shaped generator driven directly: a round enqueues its jobs together and
     iterates until done, counting tokens and each job's time to its first one."""
 
-    def __init__(self, exl: Any, torch: Any, generator: Any, hf: Any) -> None:
+    def __init__(self, exl: Any, torch: Any, generator: Any, hf: Any, stop_ids: Sequence[int] = ()) -> None:
         self.exl, self.torch, self.generator, self.hf = exl, torch, generator, hf
+        self.stop_ids = list(stop_ids)
+        """Tokens that end a job (the server's stop tokens, so both sides do the same work)."""
 
     def jobs(self, texts: list[str], tokens: int) -> list[Any]:
         """One greedy job of exactly ``tokens`` new tokens per text."""
@@ -65,7 +67,7 @@ class GeneratorLoop:
                 torch.tensor([self.hf.encode(text)], dtype=torch.long),
                 max_new_tokens=tokens,
                 sampler=exl.ArgmaxSampler(),
-                stop_conditions=[],
+                stop_conditions=list(self.stop_ids),
             )
             for text in texts
         ]
