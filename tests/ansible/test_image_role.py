@@ -281,3 +281,53 @@ def test_the_head_gets_git_for_a_git_source(repo: Path, pair: Path, source: str,
     assert run.returncode == 0, run.stdout + run.stderr
     results = task_results(run, "Install the head's Git tools (apt) git, ca-certificates")
     assert results == ["ok: [h1]" if installed else "skipping: [h1]"], run.stdout
+
+
+BASE = "nvcr.io/nvidia/pytorch:26.07-py3"  # the role's default base, a tag
+
+
+def base_pin(pair: Path) -> Path:
+    return pair / "control/pins" / pair.name / "base-nvcr.io_nvidia_pytorch_26.07-py3.digest"
+
+
+def pulls(pair: Path) -> int:
+    calls = pair / "docker/calls"
+    return calls.read_text().splitlines().count(f"pull {BASE}") if calls.exists() else 0
+
+
+@pytest.mark.slow
+def test_a_base_tag_is_pinned_by_digest_at_first_use_and_then_held(repo: Path, pair: Path) -> None:
+    digest = "sha256:" + "b" * 64
+    check = play(repo, pair, "--check", FAKE_BASE_DIGEST=digest)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert f"would pull {BASE} and record its digest" in " ".join(check.stdout.split())
+    assert not base_pin(pair).exists() and pulls(pair) == 0
+
+    first = play(repo, pair, FAKE_BASE_DIGEST=digest)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert base_pin(pair).read_text().strip() == digest
+    words = " ".join(first.stdout.split())
+    assert f'Copy it into the inventory ({pair}/group_vars/all/image.yml): sparkfold_image_base: "' in words
+    assert f'sparkfold_image_base: "{BASE}@{digest}"' in words
+    assert f"FROM {BASE}@{digest}\n" in (pair / "cache/image-build/Dockerfile").read_text()
+    built = label(pair)
+
+    # The registry's tag moved: later runs keep the recorded digest (no pull, no rebuild).
+    again = play(repo, pair, FAKE_BASE_DIGEST="sha256:" + "c" * 64)
+    assert again.returncode == 0 and "changed=0" in recap(again), again.stdout
+    assert pulls(pair) == 1 and "not a digest" not in again.stdout
+
+    # The recorded digest copied into the inventory: the same series hash, nothing rebuilt.
+    pinned = play(repo, pair, "-e", f"sparkfold_image_base={BASE}@{digest}")
+    assert pinned.returncode == 0 and "changed=0" in recap(pinned), pinned.stdout
+    assert label(pair) == built
+
+    # An inventory digest that is not the recorded one stops the stage before any build, naming both.
+    builds = builds_so_far(pair)
+    other = "sha256:" + "d" * 64
+    wrong = play(repo, pair, "-e", f"sparkfold_image_base={BASE}@{other}")
+    assert wrong.returncode != 0
+    words = " ".join(wrong.stdout.split())
+    assert f"sparkfold_image_base pins {other}, but this control host recorded {digest}" in words
+    assert "delete that file and run again" in words and str(base_pin(pair)) in words
+    assert builds_so_far(pair) == builds
