@@ -135,6 +135,9 @@ def test_worker_receives_the_head_image_over_the_fabric_once(fake_docker: None, 
         **TENSORFOLD,
         "sparkfold_image_tensorfold_commit": COMMIT,
         "sparkfold_image_docker_required": True,
+        # The testbed's package source has no git, and this image is current (nothing is fetched):
+        # the head's Git tools are installed by hand here (tools.yml: tests/ansible/test_image_role.py).
+        "sparkfold_image_head_packages": [],
     }
 
     copy = play(artifacts / "tf-image-copy", "playbooks/image.yml", extravars=extravars).must_succeed()
