@@ -96,12 +96,18 @@ def test_hub_weights_reach_the_worker_over_the_fabric(first_converge: Run, artif
             engines_active()
 
 
+def pinned_base() -> str:
+    """The role's default base image, pinned by digest as an inventory that copied it in would."""
+    defaults = yaml.safe_load((REPO / "roles/sparkfold_image/defaults/main.yml").read_text())
+    return f"{defaults['sparkfold_image_base'].split('@')[0]}@sha256:{'0' * 64}"
+
+
 def series_hash() -> str:
-    """What the image role computes for the role defaults at COMMIT (sparkfold image hash)."""
+    """What the image role computes for the defaults, the pinned base and COMMIT (sparkfold image hash)."""
     defaults = yaml.safe_load((REPO / "roles/sparkfold_image/defaults/main.yml").read_text())
     argv = [sys.executable, "-c", "from sparkfold.cli import main; main()", "image", "hash", "--json"]
     argv += ["--series", str(REPO / "patches/tensorfold/v0.6.0/series")]
-    argv += ["--base", defaults["sparkfold_image_base"], "--ref", f"v0.6.0@{COMMIT}"]
+    argv += ["--base", pinned_base(), "--ref", f"v0.6.0@{COMMIT}"]
     argv += [f"--extra={extra}" for extra in defaults["sparkfold_image_extras"]]
     done = subprocess.run(
         argv, capture_output=True, text=True, check=True, env={"PYTHONPATH": str(REPO / "runtime")}
@@ -134,6 +140,7 @@ def test_worker_receives_the_head_image_over_the_fabric_once(fake_docker: None, 
     extravars = {
         **TENSORFOLD,
         "sparkfold_image_tensorfold_commit": COMMIT,
+        "sparkfold_image_base": pinned_base(),
         "sparkfold_image_docker_required": True,
         # The testbed's package source has no git, and this image is current (nothing is fetched):
         # the head's Git tools are installed by hand here (tools.yml: tests/ansible/test_image_role.py).
