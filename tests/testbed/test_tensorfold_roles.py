@@ -97,9 +97,11 @@ def test_hub_weights_reach_the_worker_over_the_fabric(first_converge: Run, artif
 
 
 def pinned_base() -> str:
-    """The role's default base image, pinned by digest as an inventory that copied it in would."""
+    """The role's default base image pinned by the digest the fake docker's registry gives its tag
+    (the sha256 of the tag), as an inventory that copied in the digest recorded at first use would."""
     defaults = yaml.safe_load((REPO / "roles/sparkfold_image/defaults/main.yml").read_text())
-    return f"{defaults['sparkfold_image_base'].split('@')[0]}@sha256:{'0' * 64}"
+    tag = defaults["sparkfold_image_base"].split("@")[0]
+    return f"{tag}@sha256:{hashlib.sha256(tag.encode()).hexdigest()}"
 
 
 def series_hash() -> str:
