@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import json
@@ -169,3 +170,20 @@ def reference_tokens(model_dir: Path, prompt_ids: list[int], max_new_tokens: int
     with torch.inference_mode():
         out = model.generate(torch.tensor([prompt_ids]), max_new_tokens=max_new_tokens, do_sample=False)
     return [int(t) for t in out[0, len(prompt_ids) :]]
+
+
+def alone_and_together(server: str, prompts: list[str]) -> tuple[list[str], list[str]]:
+    """Greedy completions of ``prompts`` asked one after another, then all at once."""
+
+    async def ask(http: httpx.AsyncClient, prompt: str) -> str:
+        body = {"prompt": prompt, "max_tokens": 16, "temperature": 0}
+        reply = await http.post(f"{server}/v1/completions", json=body)
+        return str(reply.json()["choices"][0]["text"])
+
+    async def main() -> tuple[list[str], list[str]]:
+        async with httpx.AsyncClient(timeout=120) as http:
+            alone = [await ask(http, p) for p in prompts]
+            together = await asyncio.gather(*(ask(http, p) for p in prompts))
+        return alone, list(together)
+
+    return asyncio.run(main())

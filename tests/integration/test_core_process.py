@@ -19,7 +19,14 @@ import httpx
 import jsonschema
 import psutil
 import pytest
-from engine_procs import EngineProcess, free_port, reference_tokens, wait_healthy, write_config
+from engine_procs import (
+    EngineProcess,
+    alone_and_together,
+    free_port,
+    reference_tokens,
+    wait_healthy,
+    write_config,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -87,18 +94,7 @@ def test_a_stream_and_its_logprobs_come_through_the_core(server: str) -> None:
 def test_concurrent_requests_get_what_they_get_alone(server: str) -> None:
     prompts = ["The capital of France is", "One, two, three,"]
 
-    async def ask(http: httpx.AsyncClient, prompt: str) -> str:
-        body = {"prompt": prompt, "max_tokens": 16, "temperature": 0}
-        reply = await http.post(f"{server}/v1/completions", json=body)
-        return str(reply.json()["choices"][0]["text"])
-
-    async def main() -> tuple[list[str], list[str]]:
-        async with httpx.AsyncClient(timeout=120) as http:
-            alone = [await ask(http, p) for p in prompts]
-            together = await asyncio.gather(*(ask(http, p) for p in prompts))
-        return alone, list(together)
-
-    alone, together = asyncio.run(main())
+    alone, together = alone_and_together(server, prompts)
     assert alone == together
 
 

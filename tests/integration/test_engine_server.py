@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,7 +9,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from engine_procs import free_port, reference_tokens, serving, write_config
+from engine_procs import alone_and_together, free_port, reference_tokens, serving, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -80,18 +79,7 @@ def test_bad_input_is_4xx_naming_the_field_and_the_server_keeps_serving(
 def test_concurrent_requests_get_what_they_get_alone(server: str) -> None:
     prompts = ["The capital of France is", "One, two, three,"]
 
-    async def ask(http: httpx.AsyncClient, prompt: str) -> str:
-        body = {"prompt": prompt, "max_tokens": 16, "temperature": 0}
-        reply = await http.post(f"{server}/v1/completions", json=body)
-        return str(reply.json()["choices"][0]["text"])
-
-    async def main() -> tuple[list[str], list[str]]:
-        async with httpx.AsyncClient(timeout=120) as http:
-            alone = [await ask(http, p) for p in prompts]
-            together = await asyncio.gather(*(ask(http, p) for p in prompts))
-        return alone, list(together)
-
-    alone, together = asyncio.run(main())
+    alone, together = alone_and_together(server, prompts)
     assert alone == together
 
 
