@@ -38,7 +38,7 @@ def gateway_url(smol_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
 
 def test_bench_decode_and_reuse_write_table_json_and_plots(gateway_url: str, tmp_path: Path) -> None:
     args = ["bench", gateway_url, "--suite", "decode,reuse", "--plot", str(tmp_path), "--no-progress"]
-    args += ["--concurrency", "1,2", "--rounds", "1", "--max-tokens", "8"]
+    args += ["--concurrency", "1,2", "--rounds", "1", "--warmup", "0", "--max-tokens", "8"]
     args += ["--reuse-tokens", "600", "--system-tokens", "300"]
     result = CliRunner().invoke(main, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output

@@ -104,7 +104,8 @@ def markdown(result: dict[str, Any]) -> str:
     out = [
         f"# sparkfold bench: {result['model']} at {result['url']} ({result['started']})",
         "",
-        f"{knobs['max_tokens']} tokens per decode request, {knobs['rounds']} rounds per level, greedy; "
+        f"{knobs['max_tokens']} tokens per decode request, {knobs['rounds']} rounds per level "
+        f"(after {knobs.get('warmup', 0)} unmeasured), greedy; "
         f"window {result.get('window') or 'not listed'}.",
     ]
     for name, suite in result["suites"].items():

@@ -3,7 +3,10 @@
 - ``decode``: at each concurrency level, that many chat streams stay open until ``rounds × level``
   requests have finished, for prose and for structured prompts: aggregate tok/s (every streamed
   token / the level's wall time), per-request tok/s (median of each stream's rate after its first
-  token), TTFT p50 / p90 (request sent to first token, client clock).
+  token), TTFT p50 / p90 (request sent to first token, client clock). Before each level's measured
+  requests, ``warmup × level`` of the same shape run unmeasured (their errors still count): an
+  engine's first requests of a new batch size or prompt kind pay one-time costs (kernel compiles,
+  autotuning, allocations) that are not its speed.
 - ``prefill``: one fresh prompt per length, from 8k tokens doubling up to the window: prompt
   tokens / TTFT.
 - ``reuse``: the same long prompt sent twice (first visit, then the re-send), and two new
@@ -44,6 +47,7 @@ class Knobs:
 
     levels: tuple[int, ...] = (1, 4, 8)
     rounds: int = 2
+    warmup: int = 1  # unmeasured rounds before each decode level's measured ones
     max_tokens: int = 256
     prefill_lengths: tuple[int, ...] | None = None  # None: 8k doubling up to the window
     window: int | None = None  # None: the endpoint's max_model_len, else 32k
@@ -82,15 +86,14 @@ def _window(endpoint: Endpoint, knobs: Knobs) -> int:
 # --- decode -----------------------------------------------------------------------------------
 
 
-async def _level(
-    client: httpx.AsyncClient, endpoint: Endpoint, knobs: Knobs, kind: str, level: int
-) -> dict[str, Any]:
-    total = level * knobs.rounds
+async def _streams(
+    client: httpx.AsyncClient, endpoint: Endpoint, knobs: Knobs, kind: str, level: int, total: int, desc: str
+) -> list[Reply]:
+    """``total`` requests of ``kind`` over ``level`` open streams, stopping at the phase deadline."""
     replies: list[Reply] = []
     issued = 0
     deadline = time.perf_counter() + knobs.max_seconds
-    started = time.perf_counter()
-    with _bar(knobs, total, f"decode {kind} ×{level}") as bar:
+    with _bar(knobs, total, desc) as bar:
 
         async def worker() -> None:
             nonlocal issued
@@ -102,6 +105,19 @@ async def _level(
                 bar.update()
 
         await asyncio.gather(*(worker() for _ in range(level)))
+    return replies
+
+
+async def _level(
+    client: httpx.AsyncClient, endpoint: Endpoint, knobs: Knobs, kind: str, level: int
+) -> dict[str, Any]:
+    warmup = await _streams(
+        client, endpoint, knobs, kind, level, level * knobs.warmup, f"warm-up {kind} ×{level}"
+    )
+    started = time.perf_counter()
+    replies = await _streams(
+        client, endpoint, knobs, kind, level, level * knobs.rounds, f"decode {kind} ×{level}"
+    )
     wall = time.perf_counter() - started
     good = [r for r in replies if r.ok]
     rates = [rate for r in good if (rate := r.decode_tok_s) is not None]
@@ -109,13 +125,14 @@ async def _level(
     return {
         "concurrency": level,
         "requests": len(replies),
+        "warmup_requests": len(warmup),
         "aggregate_tok_s": sum(r.tokens for r in good) / wall if wall > 0 else 0.0,
         "per_request_tok_s": statistics.median(rates) if rates else None,
         "ttft_p50_ms": _percentile(ttfts, 0.5),
         "ttft_p90_ms": _percentile(ttfts, 0.9),
         "completion_tokens_mean": statistics.mean(r.tokens for r in good) if good else None,
         "wall_s": wall,
-        **_errors(replies),
+        **_errors(warmup + replies),
     }
 
 

@@ -89,6 +89,9 @@ def _plot(runs: list[tuple[str, dict[str, Any]]], out: Path, prefix: str = "") -
     help="decode: streams open at once, one level after the other.",
 )
 @bounded_option("--rounds", 2, 1, 100, "decode: requests per stream and level (level × N requests).")
+@bounded_option(
+    "--warmup", 1, 0, 100, "decode: unmeasured requests per stream before each level's measured ones."
+)
 @bounded_option("--max-tokens", 256, 1, 1 << 20, "decode: reply budget per request.")
 @click.option(
     "--prefill-lengths",
@@ -160,6 +163,7 @@ def command(
     suites: list[str],
     levels: tuple[int, ...],
     rounds: int,
+    warmup: int,
     max_tokens: int,
     prefill_lengths: tuple[int, ...] | None,
     window: int | None,
@@ -192,6 +196,7 @@ def command(
     knobs = Knobs(
         levels=levels,
         rounds=rounds,
+        warmup=warmup,
         max_tokens=max_tokens,
         prefill_lengths=prefill_lengths,
         window=window,

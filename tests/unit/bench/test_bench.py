@@ -32,7 +32,7 @@ def bench(*args: str) -> tuple[int, str]:
 
 def quick(url: str, *more: str) -> list[str]:
     sizes = ["--reuse-tokens", "600", "--system-tokens", "300"]
-    return [url, "--concurrency", "1,3", "--rounds", "1", "--max-tokens", "8", *sizes, *more]
+    return [url, "--concurrency", "1,3", "--rounds", "1", "--warmup", "0", "--max-tokens", "8", *sizes, *more]
 
 
 def png_width(path: Path) -> int:
@@ -134,6 +134,28 @@ def test_refusals_are_counted_and_the_command_exits_1(engine: tuple[ScriptedEngi
     row = decode["levels"]["prose"][0]
     assert (row["requests"], row["errors"], decode["errors"]) == (2, 1, 1)
     assert "HTTP 503" in row["error_samples"][0]
+
+
+def test_warmup_requests_run_first_unmeasured_and_their_errors_still_count(
+    engine: tuple[ScriptedEngine, str],
+) -> None:
+    fake, url = engine
+    fake.queue(Script(status=503))  # the first request sent: a warm-up one
+    args = quick(url, "--suite", "decode", "--concurrency", "1,3", "--rounds", "2", "--warmup", "1", "--json")
+    code, output = bench(*args)
+    assert code == 1  # an error, even in a warm-up request, is never hidden
+    decode = json.loads(output)["suites"]["decode"]
+    first, second = decode["levels"]["prose"]
+    assert (first["warmup_requests"], first["requests"], first["errors"]) == (1, 2, 1)
+    assert "HTTP 503" in first["error_samples"][0]
+    # the measured numbers are the measured requests' only: both prose ×1 replies streamed in full
+    assert first["aggregate_tok_s"] * first["wall_s"] == pytest.approx(2 * len(TOKENS))
+    assert (second["warmup_requests"], second["requests"], second["errors"]) == (3, 6, 0)
+    assert decode["errors"] == 1
+    assert len(chats(fake)) == 2 * ((1 + 2) + (3 + 6))
+    assert (
+        "rounds per level (after 2 unmeasured)" in bench(*quick(url, "--suite", "decode", "--warmup", "2"))[1]
+    )
 
 
 def test_exact_finds_a_concurrent_reply_that_differs(engine: tuple[ScriptedEngine, str]) -> None:
