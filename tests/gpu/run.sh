@@ -14,7 +14,8 @@
 # second time (two runs that must agree); profile profiles the bench-size fixture
 # (tests/bench/exllamav3_profile.py: GPU-busy share, py-spy of the server; PROFILE_ARGS); ab runs
 # tests/bench/exllamav3_ab.py on it (AB_ARGS), cli-bench runs `sparkfold bench` against the engine
-# server on it (tests/bench/exllamav3_cli_bench.py; CLI_BENCH_ARGS).
+# server on it (tests/bench/exllamav3_cli_bench.py; CLI_BENCH_ARGS). STEPS=none only installs and
+# imports (on a fresh machine: builds) the extension.
 set -uo pipefail
 OUT=${1:?usage: tests/gpu/run.sh OUT_DIR}
 WHEELS=${WHEELS:-.whl}
@@ -101,6 +102,8 @@ for step in $STEPS; do
       log "benchmark ($step), bench-size fixture"
       timeout "${BENCH_LARGE_TIMEOUT:-240}" python3 tests/bench/exllamav3_bench.py "$LARGE" \
         --json "$OUT/$step.json" ${BENCH_ARGS:-} 2>&1 | tee -a "$OUT/$step.log" | tail -20 || rc=1 ;;
+    none) ;;
+    *) log "unknown step $step (tests bench bench-large bench-large2 profile ab cli-bench none)"; rc=1 ;;
   esac
 done
 log "done rc=$rc"
