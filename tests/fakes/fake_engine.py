@@ -34,6 +34,8 @@ class FakeGenerator:
         self.context_length = context_length
         self.parallel = parallel
         self.fail_after: int | None = None
+        self.failure: BaseException = RuntimeError("the fake engine broke")
+        """What ``fail_after`` raises."""
         self.delay_s = 0.0
         self.seen: list[tuple[list[int], SamplingParams]] = []
         self.cancelled: list[threading.Event] = []
@@ -66,7 +68,7 @@ class FakeGenerator:
             if cancel.is_set():
                 return
             if self.fail_after is not None and n >= self.fail_after:
-                raise RuntimeError("the fake engine broke")
+                raise self.failure
             if self.delay_s:
                 await asyncio.sleep(self.delay_s)
             yield token

@@ -175,7 +175,7 @@ def test_structured_output_through_the_core(tmp_path: Path, engines: list[Engine
     assert bad.status_code == 400 and "guided_regex" in bad.text  # refused here, the core never sees it
 
 
-def test_the_core_killed_makes_health_503_and_requests_fail(
+def test_the_core_killed_makes_health_and_requests_503_and_ends_streams_with_an_error(
     smol_dir: Path, tmp_path: Path, engines: list[EngineProcess]
 ) -> None:
     port = free_port()
@@ -186,17 +186,29 @@ def test_the_core_killed_makes_health_503_and_requests_fail(
     url = f"http://127.0.0.1:{port}"
     wait_healthy(url, engine)
     core = _core(engine)
-    core.kill()
-    core.wait(timeout=30)
+    body = {"prompt": "Once upon a time", "max_tokens": 1500, "ignore_eos": True, "stream": True}
+    events: list[str] = []
+    with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=120) as reply:
+        for line in reply.iter_lines():
+            if line.startswith("data: "):
+                events.append(line[6:])
+                if len(events) == 1:  # the first token is out: the core dies mid-stream
+                    core.kill()
+                    core.wait(timeout=30)
+    assert events[-1] == "[DONE]"
+    error = json.loads(events[-2])["error"]
+    assert error["code"] == "engine_unavailable" and "engine core" in error["message"], error
     health = httpx.get(f"{url}/health")
-    for _ in range(100):  # bounded: the server's reader sees the end of the connection
+    for _ in range(100):  # bounded: the server's reader has seen the end of the connection by now
         if health.status_code == 503:
             break
         time.sleep(0.1)
         health = httpx.get(f"{url}/health")
     assert health.status_code == 503 and health.json()["ok"] is False
     reply = httpx.post(f"{url}/v1/completions", json={"prompt": "Hello", "max_tokens": 4}, timeout=60)
-    assert reply.status_code == 500 and "engine core" in reply.json()["error"]["message"]
+    assert reply.status_code == 503, reply.text  # unavailable (clients and the gateway retry), not a bug
+    assert reply.json()["error"]["code"] == "engine_unavailable"
+    assert "engine core" in reply.json()["error"]["message"]
     assert engine.proc.poll() is None  # the server stays up (the watchdog, not a crash, restarts it)
 
 

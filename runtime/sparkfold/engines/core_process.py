@@ -17,8 +17,8 @@ Here: the tokenizer and GLM protocol are loaded locally (the same Hugging Face f
 reader thread fills, one event-loop wake-up per engine step; ``/health``'s ok, ``stalled_s``,
 ``pool`` and the metrics text come from the core's status snapshot. The core gone (killed,
 crashed): ``healthy()`` is false and every request in flight or new fails with
-:class:`~sparkfold.engines.generator.EngineFailure`. The server gone: the core reads the end of
-the connection and exits.
+:class:`~sparkfold.engines.generator.EngineGone` (HTTP 503 ``engine_unavailable``; a stream ends
+with that error event). The server gone: the core reads the end of the connection and exits.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from typing import Any
 
 from sparkfold.config import EngineSettings
 from sparkfold.engines import core_wire
-from sparkfold.engines.generator import EngineFailure, GenerationReport, SamplingParams
+from sparkfold.engines.generator import EngineGone, GenerationReport, SamplingParams
 from sparkfold.engines.threaded import HfTokenizer
 
 __all__ = ["CoreClient"]
@@ -136,13 +136,13 @@ class CoreClient(HfTokenizer):
             with self._send_lock:
                 core_wire.send(self._conn, message)
         except OSError:
-            raise EngineFailure(self._gone or "the engine core is gone") from None
+            raise EngineGone(self._gone or "the engine core is gone; the engine is unavailable") from None
 
     async def generate(
         self, prompt_ids: Sequence[int], params: SamplingParams, cancel: threading.Event
     ) -> AsyncIterator[int]:
         if self._gone is not None:
-            raise EngineFailure(self._gone)
+            raise EngineGone(self._gone)
         rid = next(self._ids)
         items: asyncio.Queue[_Item] = asyncio.Queue()
         self._streams[rid] = (asyncio.get_running_loop(), items)
@@ -166,7 +166,7 @@ class CoreClient(HfTokenizer):
             self._streams.pop(rid, None)
             cancel.set()
             if not ended and self._gone is None:
-                with contextlib.suppress(EngineFailure):
+                with contextlib.suppress(EngineGone):
                     self._send(("cancel", rid))
 
     def _read(self) -> None:
@@ -191,11 +191,13 @@ class CoreClient(HfTokenizer):
             code: int | None = self._process.wait(timeout=5)
         except subprocess.TimeoutExpired:
             code = None
-        self._gone = f"the engine core (pid {self._process.pid}) exited" + (
-            f" with code {code}" if code is not None else ""
+        self._gone = (
+            f"the engine core (pid {self._process.pid}) exited"
+            + (f" with code {code}" if code is not None else "")
+            + "; the engine is unavailable until it restarts"
         )
         log.error("%s", self._gone)
-        failure = ("error", EngineFailure(self._gone))
+        failure = ("error", EngineGone(self._gone))
         for loop, queue in list(self._streams.values()):
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(queue.put_nowait, ([], [], None, failure))
@@ -217,7 +219,7 @@ class CoreClient(HfTokenizer):
 
     def close(self) -> None:
         """Ask the core to end what runs and exit; kill it if it does not within :data:`CLOSE_WAIT_S`."""
-        with contextlib.suppress(EngineFailure):
+        with contextlib.suppress(EngineGone):
             self._send(("close",))
         try:
             self._process.wait(timeout=CLOSE_WAIT_S)

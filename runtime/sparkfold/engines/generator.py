@@ -19,6 +19,7 @@ __all__ = [
     "CapacityError",
     "Emit",
     "EngineFailure",
+    "EngineGone",
     "GenerationReport",
     "Generator",
     "Outbox",
@@ -37,6 +38,14 @@ class CapacityError(RuntimeError):
 
 class EngineFailure(RuntimeError):
     """The engine can no longer generate (a peer rank is gone, a collective failed)."""
+
+
+class EngineGone(EngineFailure):
+    """The engine's own process is gone (an engine core killed or crashed): HTTP 503 ``engine_unavailable``.
+
+    Unavailable rather than a server bug: clients and the gateway retry a 503, and systemd restarts
+    the rank once its watchdog goes unfed (``/health`` is 503 meanwhile).
+    """
 
 
 @dataclass

@@ -15,7 +15,7 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from sparkfold.engines.generator import CapacityError, EngineFailure
+from sparkfold.engines.generator import CapacityError, EngineFailure, EngineGone
 from sparkfold.engines.logprobs import LogprobReader, chat_logprobs, completion_logprobs
 from sparkfold.engines.serving import ApiError, EngineService, Outcome, Prepared
 from sparkfold.protocol import (
@@ -41,6 +41,9 @@ log = logging.getLogger(__name__)
 def outcome_error(exc: BaseException) -> ApiError:
     if isinstance(exc, CapacityError):
         return ApiError(503, str(exc), None, "capacity", "server_error")
+    if isinstance(exc, EngineGone):
+        log.error("generation failed: %s", exc)
+        return ApiError(503, str(exc), None, "engine_unavailable", "server_error")
     if isinstance(exc, EngineFailure):
         log.error("generation failed: %s", exc)
     else:

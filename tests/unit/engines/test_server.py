@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 from tests.fakes.fake_engine import FakeGenerator
 
-from sparkfold.engines.generator import SamplingParams
+from sparkfold.engines.generator import EngineFailure, EngineGone, SamplingParams
 from sparkfold.engines.server import create_app
 from sparkfold.engines.serving import EngineService
 from sparkfold.protocol import (
@@ -314,6 +314,26 @@ def test_an_engine_error_is_counted_as_error(fake: FakeGenerator) -> None:
     client.post("/v1/chat/completions", json=CHAT)
     assert 'tensorfold:requests_total{finish_reason="error"} 1.0' in client.get("/metrics").text
     assert client.get("/health").json()["requests_running"] == 0
+
+
+@pytest.mark.parametrize(
+    ("failure", "status", "code"),
+    [
+        (EngineGone("the engine core (pid 7) exited with code -9"), 503, "engine_unavailable"),
+        (EngineFailure("lost rank 1"), 500, "engine_error"),
+    ],
+)
+def test_a_gone_engine_is_503_unavailable_and_a_failed_one_500(
+    fake: FakeGenerator, failure: BaseException, status: int, code: str
+) -> None:
+    fake.fail_after, fake.failure = 0, failure
+    client = _client(fake)
+    reply = client.post("/v1/chat/completions", json=CHAT)
+    assert reply.status_code == status and reply.json()["error"]["code"] == code
+    assert str(failure) in reply.json()["error"]["message"]
+    with client.stream("POST", "/v1/chat/completions", json={**CHAT, "stream": True}) as streamed:
+        events = [line[6:] for line in streamed.iter_lines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]" and json.loads(events[-2])["error"]["code"] == code
 
 
 def test_a_stream_waiting_for_its_first_token_gets_heartbeats(fake: FakeGenerator) -> None:
