@@ -65,3 +65,21 @@ def engine(tmp_path_factory: pytest.TempPathFactory, exl3_model: Path) -> Iterat
 def client(engine: str) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=engine, timeout=300) as http:
         yield http
+
+
+@pytest.fixture(scope="session")
+def core_client(tmp_path_factory: pytest.TempPathFactory, exl3_model: Path) -> Iterator[httpx.Client]:
+    """The plain engine in an engine core (``[engine] core_process = true``), started on first use."""
+    url, proc = start_engine(tmp_path_factory.mktemp("exl3-core"), exl3_model, "core", core_process=True)
+    try:
+        with httpx.Client(base_url=url, timeout=300) as http:
+            yield http
+    finally:
+        proc.stop()
+
+
+@pytest.fixture(params=["in-process", "core"])
+def any_client(request: pytest.FixtureRequest) -> httpx.Client:
+    """The engine in this server's process, then in an engine core: the same test against both."""
+    name = "client" if request.param == "in-process" else "core_client"
+    return request.getfixturevalue(name)  # type: ignore[no-any-return]

@@ -31,9 +31,18 @@ def child_env() -> dict[str, str]:
 
 
 def start_engine(
-    tmp: Path, model: Path, name: str, *, served_name: str = "glm", parallel: int = 4, **exllamav3: Any
+    tmp: Path,
+    model: Path,
+    name: str,
+    *,
+    served_name: str = "glm",
+    parallel: int = 4,
+    core_process: bool = False,
+    **exllamav3: Any,
 ) -> tuple[str, EngineProcess]:
-    """``sparkfold engine`` on the GPU with these ``[engine.exllamav3]`` keys; its URL once healthy."""
+    """``sparkfold engine`` on the GPU with these ``[engine.exllamav3]`` keys; its URL once healthy.
+
+    ``core_process``: the engine in an engine core (``[engine] core_process = true``)."""
     port = free_port()
     tp = int(exllamav3.pop("tp", 1))
     config = write_config(
@@ -47,6 +56,7 @@ def start_engine(
         parallel=parallel,
         thinking=False,
         tp=tp,
+        core_process=core_process,
     )
     if exllamav3:
         lines = ["[engine.exllamav3]"] + [f"{key} = {json.dumps(value)}" for key, value in exllamav3.items()]

@@ -232,13 +232,16 @@ def picture(kind: str) -> dict[str, Any]:
 ASK = {"type": "text", "text": "What is in this picture?"}
 
 
-def test_a_picture_changes_the_reply(client: httpx.Client, results: Results) -> None:
+def test_a_picture_changes_the_reply(
+    any_client: httpx.Client, results: Results, request: pytest.FixtureRequest
+) -> None:
     def reply(*parts: dict[str, Any]) -> str:
-        answer = chat(client, [{"role": "user", "content": [ASK, *parts]}], max_tokens=8)
+        answer = chat(any_client, [{"role": "user", "content": [ASK, *parts]}], max_tokens=8)
         return str(answer["choices"][0]["message"]["content"])
 
     plain, red, noise = reply(), reply(picture("red")), reply(picture("noise"))
-    results.record("picture_replies", {"none": plain, "red": red, "noise": noise})
+    where = request.node.callspec.params["any_client"]
+    results.record(f"picture_replies_{where}", {"none": plain, "red": red, "noise": noise})
     assert reply(picture("red")) == red  # greedy with a picture repeats
     assert red != plain  # the picture reached the model ...
     assert red != noise  # ... through the vision tower, not only as placeholder tokens
@@ -254,13 +257,13 @@ def test_a_picture_changes_the_reply(client: httpx.Client, results: Results) -> 
     ids=["bad-base64", "remote-url", "video"],
 )
 def test_bad_pictures_are_400s_and_the_engine_stays_healthy(
-    client: httpx.Client, parts: list[dict[str, Any]], says: str
+    any_client: httpx.Client, parts: list[dict[str, Any]], says: str
 ) -> None:
     body = {"messages": [{"role": "user", "content": [ASK, *parts]}], "max_tokens": 4}
-    response = client.post("/v1/chat/completions", json=body)
+    response = any_client.post("/v1/chat/completions", json=body)
     assert response.status_code == 400, response.text
     assert says in response.json()["error"]["message"]
-    assert client.get("/health").json()["ok"]
+    assert any_client.get("/health").json()["ok"]
 
 
 def test_too_many_pictures_is_a_400(client: httpx.Client) -> None:

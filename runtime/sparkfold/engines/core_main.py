@@ -7,7 +7,8 @@ loader and the same errors as an engine in the server's process), answers ``read
 ``failed``), then runs without an event loop: this thread reads requests and cancels and puts
 them on the engine's inbox (``ThreadedEngine.submit``), the engine thread steps, and at the end
 of each step :class:`StepWriter` sends every stream's new tokens in ONE message
-(:mod:`~sparkfold.engines.core_wire`). A status thread sends the health snapshot.
+(:mod:`~sparkfold.engines.core_wire`). A status thread sends the health snapshot. This thread
+also answers ``measure`` (exllamav3's pictures: the vision tower's patch grid of each).
 
 It ignores SIGINT and SIGTERM (the server drains first, then sends ``close``), and it exits when
 the server goes: the connection reaching its end, or the kernel's parent-death signal while it
@@ -117,6 +118,25 @@ def _report_status(conn: Connection, lock: threading.Lock, generator: Any, stop:
             return
 
 
+def _pictures(generator: Any) -> Any:
+    """The exllamav3 engine's picture measurer (its vision tower's preprocessing), or ``None``."""
+    from sparkfold.engines.exllamav3.vision import VisionPreprocessor
+
+    processor = getattr(getattr(generator, "glm", None), "image_processor", None)
+    return processor if isinstance(processor, VisionPreprocessor) else None
+
+
+def _measure(pictures: Any, images: list[Any]) -> list[list[int]] | BaseException:
+    if pictures is None:
+        return ValueError("this engine core has no vision tower")
+    try:
+        grids: list[list[int]] = pictures.grids(images)
+    except Exception as exc:  # a picture the vision tower cannot read: that request's 400
+        log.warning("pictures refused: %s", exc)
+        return core_wire.portable_error(exc)
+    return grids
+
+
 def _ready_info(generator: Any) -> dict[str, Any]:
     return {
         "backend": generator.backend,
@@ -127,6 +147,7 @@ def _ready_info(generator: Any) -> dict[str, Any]:
         "tp": getattr(generator, "tp", 1),
         "supports_logprobs": bool(getattr(generator, "supports_logprobs", False)),
         "glm": getattr(generator, "glm", None) is not None,
+        "pictures_merge_size": getattr(_pictures(generator), "merge_size", None),
         "pid": os.getpid(),
         "status": _status(generator),
     }
@@ -147,6 +168,7 @@ def serve(conn: Connection, generator: Any) -> None:
     writer = StepWriter(conn, lock)
     generator.use_outbox(writer)
     matchers = MatcherFactory(generator.tokenizer)
+    pictures = _pictures(generator)
     stop = threading.Event()
     status = threading.Thread(
         target=_report_status, args=(conn, lock, generator, stop), name="core-status", daemon=True
@@ -169,6 +191,10 @@ def serve(conn: Connection, generator: Any) -> None:
                 stream = writer.streams.get(message[1])
                 if stream is not None:
                     stream.cancel.set()
+            elif kind == "measure":  # here, not on the engine thread: it only reads the pictures
+                answer = _measure(pictures, message[2])
+                with lock:
+                    core_wire.send(conn, ("measured", message[1], answer))
             elif kind == "close":
                 break
     finally:

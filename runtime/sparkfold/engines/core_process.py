@@ -48,8 +48,18 @@ __all__ = ["CoreClient"]
 log = logging.getLogger("sparkfold.engine")
 CLOSE_WAIT_S = 60.0
 """How long ``close`` waits for the core to end its requests and exit before it is killed."""
+MEASURE_WAIT_S = 60.0
+"""How long a request's pictures wait for the core's vision tower to measure them."""
 
 _Item = tuple[list[int], list[Any], GenerationReport | None, Any]
+
+
+class _Answer:
+    """The core's answer to one ``measure``, awaited by the request's thread."""
+
+    def __init__(self) -> None:
+        self.ready = threading.Event()
+        self.value: Any = None
 
 
 class CoreClient(HfTokenizer):
@@ -65,6 +75,8 @@ class CoreClient(HfTokenizer):
         self.vocab_size: int = info["vocab_size"]
         self.tp: int = info["tp"]
         self.supports_logprobs: bool = info["supports_logprobs"]
+        self.pictures_merge_size: int | None = info.get("pictures_merge_size")
+        """Set when the core's engine has a vision tower (exllamav3): :meth:`measure_pictures` works."""
         self.stall_s = 300.0
         self.glm: Any = None
         self._status: dict[str, Any] = info["status"]
@@ -72,6 +84,7 @@ class CoreClient(HfTokenizer):
         self._send_lock = threading.Lock()
         self._ids = itertools.count()
         self._streams: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Queue[_Item]]] = {}
+        self._answers: dict[int, _Answer] = {}
         self._gone: str | None = None
         self._reader = threading.Thread(target=self._read, name="core-reader", daemon=True)
 
@@ -116,13 +129,48 @@ class CoreClient(HfTokenizer):
         if settings.kind == "exllamav3":
             from sparkfold.engines.exllamav3.loading import front
 
-            tokenizer, glm = front(settings, self.vocab_size)
+            tokenizer, glm = front(settings, self.vocab_size, self.picture_processor())
         else:
             from sparkfold.engines.transformers_backend import front as transformers_front
 
             tokenizer, glm = transformers_front(settings)
         self._adopt(tokenizer)
         self.glm = glm
+
+    def picture_processor(self) -> Any:
+        """What measures pictures for the prompt on this side: the core's vision tower, asked over the
+        pipe (:meth:`measure_pictures`); ``None`` when the core's engine has none."""
+        if self.pictures_merge_size is None:
+            return None
+        import torch
+
+        from sparkfold.engines.exllamav3.vision import RemoteVisionPreprocessor
+
+        return RemoteVisionPreprocessor(self.measure_pictures, self.pictures_merge_size, torch)
+
+    def measure_pictures(self, images: Sequence[Any]) -> list[list[int]]:
+        """Each picture's patch grid, from the core's vision tower (a request thread waits for it).
+
+        Raises :class:`~sparkfold.glm.errors.MediaError` (400) for a picture it cannot read and
+        :class:`~sparkfold.engines.generator.EngineGone` when the core is gone.
+        """
+        from sparkfold.glm.errors import MediaError
+
+        mid = next(self._ids)
+        answer = self._answers[mid] = _Answer()
+        try:
+            if self._gone is not None:
+                raise EngineGone(self._gone)
+            self._send(("measure", mid, list(images)))
+            if not answer.ready.wait(MEASURE_WAIT_S):
+                raise EngineGone(f"the engine core did not measure the pictures within {MEASURE_WAIT_S:g} s")
+        finally:
+            self._answers.pop(mid, None)
+        if isinstance(answer.value, EngineGone):
+            raise answer.value
+        if isinstance(answer.value, BaseException):
+            raise MediaError(f"the pictures could not be read: {answer.value}", param="messages")
+        return answer.value  # type: ignore[no-any-return]
 
     @property
     def pid(self) -> int:
@@ -179,6 +227,9 @@ class CoreClient(HfTokenizer):
             if message[0] == "status":
                 self._status, self._status_at = message[1], time.monotonic()
                 continue
+            if message[0] == "measured":
+                self._answer(message[1], message[2])
+                continue
             by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue[_Item], _Item]]] = {}
             for rid, tokens, logprobs, report, end in message[1]:
                 stream = self._streams.get(rid)
@@ -201,6 +252,14 @@ class CoreClient(HfTokenizer):
         for loop, queue in list(self._streams.values()):
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(queue.put_nowait, ([], [], None, failure))
+        for mid in list(self._answers):
+            self._answer(mid, failure[1])
+
+    def _answer(self, mid: int, value: Any) -> None:
+        answer = self._answers.get(mid)
+        if answer is not None:
+            answer.value = value
+            answer.ready.set()
 
     # --- status ---------------------------------------------------------------------------------
 

@@ -8,12 +8,17 @@ the same matcher with its :class:`~sparkfold.glm.grammar.MatcherFactory`. Everyt
 (sampling parameters, picture tensors, reports, log-probabilities) is pickled by value.
 
 Server → core: ``("start", engine_settings_json)``, ``("submit", id, prompt_ids, params)``,
-``("cancel", id)``, ``("close",)``.
+``("cancel", id)``, ``("measure", id, pictures)``, ``("close",)``.
 
 Core → server: ``("ready", info)`` or ``("failed", unavailable, message)`` once, then
 ``("step", [(id, tokens, logprobs, report, end), ...])`` once per engine step (every stream's new
-tokens; ``end`` is ``None``, ``("done",)`` or ``("error", exception)``) and ``("status", snapshot)``
-every :data:`STATUS_S`.
+tokens; ``end`` is ``None``, ``("done",)`` or ``("error", exception)``), ``("status", snapshot)``
+every :data:`STATUS_S`, and ``("measured", id, grids or exception)`` for each ``measure``.
+
+``measure`` is for exllamav3's pictures: the core's vision tower says each picture's patch grid
+(how many placeholder tokens the prompt gives it), as the request thread asks it in one process;
+the pictures themselves then travel in the request's ``prefill_inputs`` and the core's engine
+thread runs the vision tower on them.
 """
 
 from __future__ import annotations

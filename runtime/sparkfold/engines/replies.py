@@ -17,7 +17,7 @@ from typing import Any
 
 from sparkfold.engines.generator import CapacityError, EngineFailure, EngineGone
 from sparkfold.engines.logprobs import LogprobReader, chat_logprobs, completion_logprobs
-from sparkfold.engines.serving import ApiError, EngineService, Outcome, Prepared
+from sparkfold.engines.serving import ApiError, EngineService, Outcome, Prepared, unavailable
 from sparkfold.protocol import (
     ChatCompletion,
     ChatCompletionChunk,
@@ -43,7 +43,7 @@ def outcome_error(exc: BaseException) -> ApiError:
         return ApiError(503, str(exc), None, "capacity", "server_error")
     if isinstance(exc, EngineGone):
         log.error("generation failed: %s", exc)
-        return ApiError(503, str(exc), None, "engine_unavailable", "server_error")
+        return unavailable(exc)
     if isinstance(exc, EngineFailure):
         log.error("generation failed: %s", exc)
     else:

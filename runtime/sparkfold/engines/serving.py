@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sparkfold.engines.chat_template import ChatRenderer, ChatTemplateRenderer
-from sparkfold.engines.generator import GenerationReport, Generator, SamplingParams
+from sparkfold.engines.generator import EngineGone, GenerationReport, Generator, SamplingParams
 from sparkfold.engines.metrics import EngineCounters
 from sparkfold.engines.output import OutputParser, ParserFactory, PlainParser, TextStream, plain_parser
 from sparkfold.glm.errors import GlmError, GrammarError
@@ -47,7 +47,7 @@ from sparkfold.protocol import (
 if TYPE_CHECKING:
     from sparkfold.glm.serving import GlmChat
 
-__all__ = ["FOLLOW_S", "ApiError", "EngineService", "Outcome", "Prepared"]
+__all__ = ["FOLLOW_S", "ApiError", "EngineService", "Outcome", "Prepared", "unavailable"]
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +71,11 @@ class ApiError:
         return ErrorResponse(
             error=ErrorInfo(message=self.message, type=self.type, param=self.param, code=self.code)
         )
+
+
+def unavailable(exc: EngineGone) -> ApiError:
+    """The engine's process is gone: 503 ``engine_unavailable`` (retried by clients and the gateway)."""
+    return ApiError(503, str(exc), None, "engine_unavailable", "server_error")
 
 
 @dataclass(frozen=True)
@@ -287,6 +292,8 @@ class EngineService:
             turn = glm.prepare(request)
         except GlmError as exc:
             return ApiError(exc.status, exc.message, exc.param)
+        except EngineGone as exc:  # an engine core measures pictures: it may be gone by now
+            return unavailable(exc)
         if turn.vision and getattr(self.generator, "tp", 1) > 1:
             return ApiError(
                 400, "pictures need an engine with tp = 1; remove the image/video parts", "messages"

@@ -108,14 +108,15 @@ def _glm_chat(
     )
 
 
-def front(settings: EngineSettings, vocab_size: int) -> tuple[Any, Any]:
-    """What the HTTP side of an engine core needs: the tokenizer and the GLM protocol (no pictures:
-    the vision tower is on the GPU, in the core)."""
+def front(settings: EngineSettings, vocab_size: int, pictures: Any = None) -> tuple[Any, Any]:
+    """What the HTTP side of an engine core needs: the tokenizer and the GLM protocol; ``pictures``
+    (a :class:`~sparkfold.engines.exllamav3.vision.RemoteVisionPreprocessor`) when the core has a
+    vision tower, which stays on the GPU, in the core."""
     from transformers import AutoTokenizer
 
     directory = Path(settings.model)
     tokenizer = AutoTokenizer.from_pretrained(str(directory))
-    return tokenizer, _glm_chat(settings, directory, tokenizer, vocab_size)
+    return tokenizer, _glm_chat(settings, directory, tokenizer, vocab_size, pictures)
 
 
 def load(settings: EngineSettings, on_fatal: Callable[[str], None] | None = None) -> Loaded:

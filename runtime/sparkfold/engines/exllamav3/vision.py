@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["VisionPreprocessor", "splice_embeddings"]
+__all__ = ["RemoteVisionPreprocessor", "VisionPreprocessor", "splice_embeddings"]
 
 
 def splice_embeddings(prompt: Sequence[int], image_token: int, spans: Sequence[range]) -> list[int]:
@@ -49,6 +49,27 @@ class VisionPreprocessor:
         self._torch = torch
         self.merge_size = int(vision_model.config.vision.spatial_merge_size)
 
+    def grids(self, images: Sequence[Any]) -> list[list[int]]:
+        """Each picture's patch grid ``[t, h, w]`` (what an engine core answers a ``measure`` with)."""
+        return [[int(n) for n in self._vision.preprocess(image)[2]] for image in images]
+
     def __call__(self, images: Sequence[Any], **_: Any) -> dict[str, Any]:
-        grids = [list(self._vision.preprocess(image)[2]) for image in images]
-        return {"pixel_values": list(images), "image_grid_thw": self._torch.tensor(grids)}
+        return {"pixel_values": list(images), "image_grid_thw": self._torch.tensor(self.grids(images))}
+
+
+class RemoteVisionPreprocessor(VisionPreprocessor):
+    """A :class:`VisionPreprocessor` on the HTTP side of an engine core: its grids come from the core.
+
+    ``grids`` is :meth:`~sparkfold.engines.core_process.CoreClient.measure_pictures` (a round trip
+    to the core, whose vision tower is on the GPU); ``merge_size`` comes with the core's ``ready``.
+    """
+
+    def __init__(
+        self, grids: Callable[[Sequence[Any]], list[list[int]]], merge_size: int, torch: Any
+    ) -> None:
+        self._remote = grids
+        self._torch = torch
+        self.merge_size = merge_size
+
+    def grids(self, images: Sequence[Any]) -> list[list[int]]:
+        return self._remote(images)
