@@ -255,20 +255,46 @@ def test_the_published_image_is_pulled_only_with_its_label(repo: Path, pair: Pat
     assert again.returncode == 0 and "changed=0" in recap(again), again.stdout
 
 
-def task_results(result: subprocess.CompletedProcess[str], task: str) -> list[str]:
+def task_results(
+    result: subprocess.CompletedProcess[str], task: str, role: str = "sparkfold_image"
+) -> list[str]:
     """The result lines (``ok: [h1]``, ``skipping: [h1]`` ...) under the task named ``task``."""
     lines = result.stdout.splitlines()
-    starts = [i for i, line in enumerate(lines) if line.startswith(f"TASK [sparkfold_image : {task}")]
+    starts = [i for i, line in enumerate(lines) if line.startswith(f"TASK [{role} : {task}")]
     return [line for i in starts for line in lines[i + 1 : i + 4] if line.endswith("[h1]")]
 
 
+MINIMAL = ("python3-apt", "git", "ca-certificates")
+
+
+def minimal_node(folder: Path, path: str) -> dict[str, str]:
+    """Environment (``path``: the PATH to extend) under which this host looks like a minimal head:
+    dpkg lists none of ``MINIMAL`` as installed, and no Python finds python3-apt (a package ``apt``
+    on PYTHONPATH that cannot be imported shadows the system's, also for the system Pythons the apt
+    module probes)."""
+    shim = folder / "bin/dpkg-query"
+    shim.parent.mkdir(parents=True)
+    rewrite = "|".join(MINIMAL)
+    sed = f"sed -E 's/^({rewrite}) .*/\\1 not-installed/'"
+    shim.write_text(f'#!/bin/sh\n/usr/bin/dpkg-query "$@" | {sed}\n')
+    shim.chmod(0o755)
+    (folder / "noapt/apt").mkdir(parents=True)
+    (folder / "noapt/apt/__init__.py").write_text("raise ImportError('python3-apt is not installed')\n")
+    return {"PATH": f"{shim.parent}:{path}", "PYTHONPATH": str(folder / "noapt")}
+
+
 @pytest.mark.parametrize(("source", "installed"), [("git", True), ("context", False)])
-def test_the_head_gets_git_for_a_git_source(repo: Path, pair: Path, source: str, installed: bool) -> None:
-    """A minimal head has no git: the image stage installs it (and the CA certificates) with apt
-    before it resolves the tag; a ready context needs neither. Check mode: apt only looks."""
+def test_the_head_gets_git_for_a_git_source(
+    repo: Path, pair: Path, tmp_path: Path, source: str, installed: bool
+) -> None:
+    """A minimal head has neither git nor python3-apt: the image stage installs git (and the CA
+    certificates) with apt before it resolves the tag; a ready context needs neither. A check run
+    only probes with dpkg-query and says what apt would install: apt's own check mode cannot start
+    without python3-apt (roles/sparkfold/tasks/apt.yml)."""
     context = pair / "context"
     context.mkdir()
     (context / "Dockerfile").write_text("FROM scratch\n")
+    node = minimal_node(tmp_path / "minimal", fake_tools(repo, pair / "docker")["PATH"])
     run = play(
         repo,
         pair,
@@ -277,10 +303,14 @@ def test_the_head_gets_git_for_a_git_source(repo: Path, pair: Path, source: str,
         f"sparkfold_image_source={source}",
         "-e",
         f"sparkfold_image_context_dir={context}",
+        **node,
     )
     assert run.returncode == 0, run.stdout + run.stderr
-    results = task_results(run, "Install the head's Git tools (apt) git, ca-certificates")
-    assert results == ["ok: [h1]" if installed else "skipping: [h1]"], run.stdout
+    said = " ".join(run.stdout.split())
+    wanted = "h1: would install with apt: python3-apt, git, ca-certificates (and what they depend on)"
+    assert (wanted in said) is installed, run.stdout
+    apt = task_results(run, "Install with apt git, ca-certificates (the head's Git tools)", role="sparkfold")
+    assert apt == (["skipping: [h1]"] if installed else []), run.stdout
 
 
 BASE = "nvcr.io/nvidia/pytorch:26.07-py3"  # the role's default base, a tag
