@@ -26,7 +26,9 @@ from sparkfold import __version__
 from sparkfold.config import ConfigError, Settings, engine_fingerprint, is_loopback, load
 from sparkfold.node.checks import Runner
 from sparkfold.node.fabric import DEFAULT_SYSFS, discover
-from sparkfold.node.ufw import judge
+from sparkfold.node.packetfilter import Need, needs_for, parse_iptables_save, parse_nft_json
+from sparkfold.node.packetfilter import judge as judge_rules
+from sparkfold.node.ufw import UfwVerdict, judge
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -197,24 +199,56 @@ class Doctor:
         return Section("netdevs", True, shown or "no netdevs", {"links": links})
 
     def firewall(self) -> Section:
-        """Whether ufw lets in the gateway's clients (head) and everything from the peer (node/ufw.py)."""
+        """Whether the node's packet filter lets in the gateway's clients (head), everything from the
+        peer, and the engine port on loopback (rank 0): an active ufw that filters is judged from
+        its own table (node/ufw.py), otherwise the nftables ruleset, or iptables where there is no
+        nft (node/packetfilter.py)."""
         if self.settings is None:
             return self._no_settings("firewall")
-        result = self.run(["ufw", "status", "verbose"])
-        if result.returncode == 127:
-            return Section("firewall", None, "no ufw on this node")
-        if result.returncode != 0:
-            return Section(
-                "firewall", None, f"ufw status: {_failed(result)} (run sparkfold doctor with sudo)"
-            )
         settings = self.settings
         public = settings.node.rank == 0 and not is_loopback(settings.api.host)
-        verdict = judge(
-            result.stdout,
-            peer=None if settings.fabric.peer is None else str(settings.fabric.peer),
+        peer = None if settings.fabric.peer is None else str(settings.fabric.peer)
+        ufw = self.run(["ufw", "status", "verbose"])
+        said = "no ufw"
+        if ufw.returncode == 0:
+            verdict = judge(ufw.stdout, peer=peer, gateway_port=settings.api.port if public else None)
+            if verdict.ok is not None:
+                return Section("firewall", verdict.ok, verdict.line, {"blocked": list(verdict.blocked)})
+            said = verdict.line
+        elif ufw.returncode != 127:
+            said = f"ufw status: {_failed(ufw)}"
+        needs = needs_for(
+            peer=peer,
             gateway_port=settings.api.port if public else None,
+            engine_port=settings.engine.port if settings.node.rank == 0 else None,
+            link_netdev=settings.fabric.socket_ifname,
         )
-        return Section("firewall", verdict.ok, verdict.line, {"blocked": list(verdict.blocked)})
+        filtered = self._packet_filter(needs)
+        if filtered is None:
+            return Section("firewall", None, f"{said}; no nft or iptables on this node")
+        if isinstance(filtered, str):
+            return Section("firewall", None, f"{said}; {filtered}")
+        return Section(
+            "firewall", filtered.ok, f"{said}; {filtered.line}", {"blocked": list(filtered.blocked)}
+        )
+
+    def _packet_filter(self, needs: list[Need]) -> UfwVerdict | str | None:
+        """The verdict of nftables' ruleset (iptables' where there is no nft), the failure in words,
+        or None where neither tool is there."""
+        result = self.run(["nft", "-j", "list", "ruleset"])
+        tool, parse = "nftables", parse_nft_json
+        if result.returncode == 127:
+            result = self.run(["iptables-save"])
+            tool, parse = "iptables", parse_iptables_save
+            if result.returncode == 127:
+                return None
+        if result.returncode != 0:
+            return f"{result.args[0]}: {_failed(result)} (run sparkfold doctor with sudo)"
+        try:
+            chains = parse(result.stdout)
+        except ValueError as error:
+            return f"{result.args[0]}: {error}"
+        return judge_rules(tool, chains, needs)
 
     def memory(self) -> Section:
         info = {}

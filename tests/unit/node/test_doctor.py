@@ -130,3 +130,84 @@ def test_command_prints_a_table_and_json(tmp_path: Path) -> None:
     assert "FAIL config" in table.output and "version" in table.output
     raw = CliRunner().invoke(main, ["doctor", "--config", absent, "--json", "--timeout", "5"])
     assert raw.exit_code == 0 and "sections" in json.loads(raw.output)
+
+
+DROP_ALL_BUT_SSH = {
+    "nftables": [
+        {"table": {"family": "inet", "name": "filter", "handle": 1}},
+        {
+            "chain": {
+                "family": "inet",
+                "table": "filter",
+                "name": "input",
+                "handle": 1,
+                "type": "filter",
+                "hook": "input",
+                "prio": 0,
+                "policy": "drop",
+            }
+        },
+        {
+            "rule": {
+                "family": "inet",
+                "table": "filter",
+                "chain": "input",
+                "handle": 2,
+                "expr": [
+                    {
+                        "match": {
+                            "op": "==",
+                            "left": {"payload": {"protocol": "tcp", "field": "dport"}},
+                            "right": 22,
+                        }
+                    },
+                    {"accept": None},
+                ],
+            }
+        },
+    ]
+}
+
+
+def test_without_an_active_ufw_the_nftables_ruleset_is_judged(node: Doctor, host: FakeHost) -> None:
+    host.answer(["ufw", "status", "verbose"], 0, "Status: inactive\n")
+    host.answer(["nft", "-j", "list", "ruleset"], 0, DROP_ALL_BUT_SSH)
+    firewall = sections(node)["firewall"]
+    assert firewall["ok"] is False
+    assert firewall["summary"].startswith("ufw inactive; nftables (inet filter input policy drop) blocks")
+    assert firewall["data"]["blocked"] == [
+        "the gateway port 8888/tcp",
+        "the peer 203.0.113.2 (rendezvous, heartbeats, NCCL)",
+        "the engine port 18888/tcp on loopback",
+    ]
+
+
+def test_without_nft_iptables_save_is_judged(node: Doctor, host: FakeHost) -> None:
+    del host.answers[("ufw", "status", "verbose")]
+    host.answer(["iptables-save"], 0, "*filter\n:INPUT ACCEPT [0:0]\nCOMMIT\n")
+    firewall = sections(node)["firewall"]
+    assert firewall["ok"] is True
+    assert firewall["summary"] == "no ufw; iptables (INPUT policy accept) lets in what the pair needs"
+
+
+@pytest.mark.parametrize(
+    ("rc", "stdout", "said"),
+    [
+        (1, "", "nft: exit code 1 (run sparkfold doctor with sudo)"),
+        (0, "[]", "nft: not nft's JSON: no nftables list"),
+    ],
+)
+def test_a_ruleset_it_cannot_read_is_a_fact(
+    node: Doctor, host: FakeHost, rc: int, stdout: str, said: str
+) -> None:
+    """Without root nft cannot list the ruleset (Operation not permitted): said, never raised."""
+    del host.answers[("ufw", "status", "verbose")]
+    host.answer(["nft", "-j", "list", "ruleset"], rc, stdout)
+    firewall = sections(node)["firewall"]
+    assert firewall == {"ok": None, "summary": f"no ufw; {said}", "data": {}}
+
+
+def test_no_packet_filter_tool_at_all(node: Doctor, host: FakeHost) -> None:
+    del host.answers[("ufw", "status", "verbose")]
+    firewall = sections(node)["firewall"]
+    assert firewall == {"ok": None, "summary": "no ufw; no nft or iptables on this node", "data": {}}
