@@ -125,11 +125,13 @@ def test_inventories_use_only_the_documentation_ranges(repo: Path, inventory: st
         assert ipaddress.ip_address(address) in net, f"{inventory}: {key} {address} is outside {net}"
 
 
-def test_documentation_examples_use_only_the_documentation_ranges(repo: Path) -> None:
-    """Every IPv4 address the docs, inventories, examples and role READMEs show is loopback, the
-    wildcard, or in the two RFC 5737 ranges the project uses (never 192.0.2.0/24: see HOUSE rules)."""
+def test_documentation_examples_and_tests_use_only_the_documentation_ranges(repo: Path) -> None:
+    """Every IPv4 address the docs, inventories, examples, role READMEs and the tests' own fakes
+    and inventories show is loopback, the wildcard, or in the two RFC 5737 ranges the project uses
+    (never TEST-NET-1, the third: see HOUSE rules)."""
     files = [
         repo / "README.md",
+        *(path for suffix in ("py", "yml", "toml", "json") for path in (repo / "tests").rglob(f"*.{suffix}")),
         *(repo / "docs").rglob("*.md"),
         *(repo / "inventory").rglob("*.yml"),
         *(repo / "examples").rglob("*.toml"),
