@@ -234,21 +234,29 @@ class Doctor:
 
     def _packet_filter(self, needs: list[Need]) -> UfwVerdict | str | None:
         """The verdict of nftables' ruleset (iptables' where there is no nft), the failure in words,
-        or None where neither tool is there."""
-        result = self.run(["nft", "-j", "list", "ruleset"])
-        tool, parse = "nftables", parse_nft_json
+        or None where neither tool is there. Where nft's listing holds rules it cannot read (the
+        ``xt`` matches iptables-nft writes, e.g. conntrack) and iptables-save reads them, that wins."""
+        verdict = self._judge_listing(["nft", "-j", "list", "ruleset"], needs)
+        if verdict is None:
+            return self._judge_listing(["iptables-save"], needs)
+        if isinstance(verdict, UfwVerdict) and verdict.ok is None and verdict.blocked:
+            legacy = self._judge_listing(["iptables-save"], needs)
+            if isinstance(legacy, UfwVerdict) and legacy.ok is not None:
+                return legacy
+        return verdict
+
+    def _judge_listing(self, argv: list[str], needs: list[Need]) -> UfwVerdict | str | None:
+        result = self.run(argv)
         if result.returncode == 127:
-            result = self.run(["iptables-save"])
-            tool, parse = "iptables", parse_iptables_save
-            if result.returncode == 127:
-                return None
+            return None
         if result.returncode != 0:
-            return f"{result.args[0]}: {_failed(result)} (run sparkfold doctor with sudo)"
+            return f"{argv[0]}: {_failed(result)} (run sparkfold doctor with sudo)"
+        nft = argv[0] == "nft"
         try:
-            chains = parse(result.stdout)
+            chains = parse_nft_json(result.stdout) if nft else parse_iptables_save(result.stdout)
         except ValueError as error:
-            return f"{result.args[0]}: {error}"
-        return judge_rules(tool, chains, needs)
+            return f"{argv[0]}: {error}"
+        return judge_rules("nftables" if nft else "iptables", chains, needs)
 
     def memory(self) -> Section:
         info = {}

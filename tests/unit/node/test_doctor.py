@@ -211,3 +211,23 @@ def test_no_packet_filter_tool_at_all(node: Doctor, host: FakeHost) -> None:
     del host.answers[("ufw", "status", "verbose")]
     firewall = sections(node)["firewall"]
     assert firewall == {"ok": None, "summary": "no ufw; no nft or iptables on this node", "data": {}}
+
+
+def test_rules_nft_lists_as_xt_matches_are_read_from_iptables_save(node: Doctor, host: FakeHost) -> None:
+    """iptables-nft writes conntrack as an ``xt`` match that nft's JSON does not spell out: the
+    verdict then comes from iptables-save, which reads it."""
+    del host.answers[("ufw", "status", "verbose")]
+    xt = {"xt": {"type": "match", "name": "conntrack"}}
+    listed = json.loads(json.dumps(DROP_ALL_BUT_SSH))
+    listed["nftables"][2]["rule"]["expr"] = [xt, {"accept": None}]
+    host.answer(["nft", "-j", "list", "ruleset"], 0, listed)
+    host.answer(
+        ["iptables-save"],
+        0,
+        "*filter\n:INPUT DROP [0:0]\n-A INPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n"
+        "-A INPUT -i lo -j ACCEPT\n-A INPUT -p tcp -m tcp --dport 8888 -j ACCEPT\nCOMMIT\n",
+    )
+    firewall = sections(node)["firewall"]
+    assert firewall["ok"] is False
+    assert firewall["summary"].startswith("no ufw; iptables (INPUT policy drop) blocks the peer 203.0.113.2")
+    assert firewall["data"]["blocked"] == ["the peer 203.0.113.2 (rendezvous, heartbeats, NCCL)"]
