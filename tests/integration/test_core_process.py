@@ -9,11 +9,13 @@ the server stays up), SIGTERM ends both processes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import jsonschema
@@ -40,18 +42,49 @@ def _core(engine: EngineProcess) -> psutil.Process:
     return child
 
 
+def start_core(tmp: Path, model: Path, *, healthy: bool = True, **engine: Any) -> tuple[str, EngineProcess]:
+    """``sparkfold engine`` with ``core_process = true`` on ``model``: its URL and process, once
+    ``/health`` is ok (``healthy=False``: at once). The caller stops it."""
+    port = free_port()
+    config = write_config(tmp / "core.toml", model, port=port, core_process=True, **engine)
+    process = EngineProcess(config, tmp / "core.log")
+    url = f"http://127.0.0.1:{port}"
+    if healthy:
+        try:
+            wait_healthy(url, process)
+        except BaseException:
+            process.stop()
+            raise
+    return url, process
+
+
+def wait_idle(server: str) -> None:
+    """Until ``/health`` counts no request running (bounded): the core has ended those that left."""
+    health: dict[str, int] = {}
+    for _ in range(300):
+        health = httpx.get(f"{server}/health").json()
+        if health["requests_running"] == 0:
+            break
+        time.sleep(0.1)
+    assert health["requests_running"] == 0
+
+
 @pytest.fixture(scope="module")
 def served(smol_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, EngineProcess]]:
-    port = free_port()
-    tmp = tmp_path_factory.mktemp("core")
-    config = write_config(tmp / "sparkfold.toml", smol_dir, port=port, core_process=True)
-    engine = EngineProcess(config, tmp / "engine.log")
-    url = f"http://127.0.0.1:{port}"
+    """The one engine (and core) of this module's tests that leave it serving."""
+    url, engine = start_core(tmp_path_factory.mktemp("core"), smol_dir)
     try:
-        wait_healthy(url, engine)
         yield url, engine
     finally:
         engine.stop()
+
+
+@pytest.fixture
+def own_core(smol_dir: Path, tmp_path: Path, engines: list[EngineProcess]) -> tuple[str, EngineProcess]:
+    """An engine (and core) of this test's own, for a test that kills or stops it."""
+    url, engine = start_core(tmp_path, smol_dir)
+    engines.append(engine)
+    return url, engine
 
 
 @pytest.fixture
@@ -110,13 +143,7 @@ def test_a_client_that_leaves_frees_its_lane_in_the_core(server: str) -> None:
             for line in reply.iter_lines():
                 if line.startswith("data: "):
                     break  # first token arrived; leave
-    health: dict[str, int] = {}
-    for _ in range(300):  # bounded poll: the core ends the abandoned requests
-        health = httpx.get(f"{server}/health").json()
-        if health["requests_running"] == 0:
-            break
-        time.sleep(0.1)
-    assert health["requests_running"] == 0
+    wait_idle(server)
     short = {"prompt": "Hello", "max_tokens": 2}
 
     async def both() -> list[int]:
@@ -130,17 +157,17 @@ def test_a_client_that_leaves_frees_its_lane_in_the_core(server: str) -> None:
 
 
 def test_past_its_lanes_the_engine_answers_503_capacity(server: str) -> None:
-    long = {"prompt": "Once upon a time", "max_tokens": 300, "ignore_eos": True}
-
-    async def three() -> list[httpx.Response]:
-        async with httpx.AsyncClient(timeout=300) as http:
-            return list(
-                await asyncio.gather(*(http.post(f"{server}/v1/completions", json=long) for _ in range(3)))
-            )
-
-    replies = asyncio.run(three())  # parallel = 2; 300 tokens take longer than the 2 s a request waits
-    assert sorted(r.status_code for r in replies) == [200, 200, 503]
-    assert next(r for r in replies if r.status_code == 503).json()["error"]["code"] == "capacity"
+    long = {"prompt": "Once upon a time", "max_tokens": 1500, "ignore_eos": True, "stream": True}
+    lines = []  # each stream's line iterator, kept: one dropped would close its connection
+    with contextlib.ExitStack() as streams:
+        for _ in range(2):  # parallel = 2: both lanes generating (a first token came) ...
+            reply = streams.enter_context(httpx.stream("POST", f"{server}/v1/completions", json=long))
+            lines.append(reply.iter_lines())
+            assert next(line for line in lines[-1] if line.startswith("data: "))
+        # ... for far longer than the 2 s a third request waits for a lane
+        third = httpx.post(f"{server}/v1/completions", json={"prompt": "Hello", "max_tokens": 2}, timeout=60)
+    assert third.status_code == 503 and third.json()["error"]["code"] == "capacity"
+    wait_idle(server)  # the two that left are ended in the core: the lanes are free for the next test
 
 
 def test_structured_output_through_the_core(tmp_path: Path, engines: list[EngineProcess]) -> None:
@@ -153,14 +180,8 @@ def test_structured_output_through_the_core(tmp_path: Path, engines: list[Engine
         "additionalProperties": False,
     }
     model = write_tiny_glm(tmp_path / "model")
-    port = free_port()
-    config = write_config(
-        tmp_path / "glm.toml", model, port=port, served_name="glm", thinking=False, core_process=True
-    )
-    engine = EngineProcess(config, tmp_path / "glm.log")
+    url, engine = start_core(tmp_path, model, served_name="glm", thinking=False)
     engines.append(engine)
-    url = f"http://127.0.0.1:{port}"
-    wait_healthy(url, engine)
     fmt = {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}
     body = {"messages": [{"role": "user", "content": "JSON"}], "response_format": fmt, "max_tokens": 48}
     for seed in range(2):
@@ -176,15 +197,9 @@ def test_structured_output_through_the_core(tmp_path: Path, engines: list[Engine
 
 
 def test_the_core_killed_makes_health_and_requests_503_and_ends_streams_with_an_error(
-    smol_dir: Path, tmp_path: Path, engines: list[EngineProcess]
+    own_core: tuple[str, EngineProcess],
 ) -> None:
-    port = free_port()
-    engine = EngineProcess(
-        write_config(tmp_path / "e.toml", smol_dir, port=port, core_process=True), tmp_path / "e.log"
-    )
-    engines.append(engine)
-    url = f"http://127.0.0.1:{port}"
-    wait_healthy(url, engine)
+    url, engine = own_core
     core = _core(engine)
     body = {"prompt": "Once upon a time", "max_tokens": 1500, "ignore_eos": True, "stream": True}
     events: list[str] = []
@@ -212,16 +227,8 @@ def test_the_core_killed_makes_health_and_requests_503_and_ends_streams_with_an_
     assert engine.proc.poll() is None  # the server stays up (the watchdog, not a crash, restarts it)
 
 
-def test_sigterm_drains_then_stops_the_server_and_its_core(
-    smol_dir: Path, tmp_path: Path, engines: list[EngineProcess]
-) -> None:
-    port = free_port()
-    engine = EngineProcess(
-        write_config(tmp_path / "e.toml", smol_dir, port=port, core_process=True), tmp_path / "e.log"
-    )
-    engines.append(engine)
-    url = f"http://127.0.0.1:{port}"
-    wait_healthy(url, engine)
+def test_sigterm_drains_then_stops_the_server_and_its_core(own_core: tuple[str, EngineProcess]) -> None:
+    url, engine = own_core
     core = _core(engine)
     body = {"prompt": "Once upon a time", "max_tokens": 30, "ignore_eos": True, "stream": True}
     events: list[str] = []
@@ -237,15 +244,8 @@ def test_sigterm_drains_then_stops_the_server_and_its_core(
     core.wait(timeout=30)  # raises if the core outlived its server
 
 
-def test_the_server_killed_takes_its_core_along(
-    smol_dir: Path, tmp_path: Path, engines: list[EngineProcess]
-) -> None:
-    port = free_port()
-    engine = EngineProcess(
-        write_config(tmp_path / "e.toml", smol_dir, port=port, core_process=True), tmp_path / "e.log"
-    )
-    engines.append(engine)
-    wait_healthy(f"http://127.0.0.1:{port}", engine)
+def test_the_server_killed_takes_its_core_along(own_core: tuple[str, EngineProcess]) -> None:
+    _, engine = own_core
     core = _core(engine)
     engine.proc.kill()  # SIGKILL: no drain, no close message
     engine.proc.wait(timeout=30)
@@ -257,10 +257,7 @@ def test_a_load_error_in_the_core_is_the_same_clear_line(
 ) -> None:
     model = tmp_path / "no-model"
     model.mkdir()
-    port = free_port()
-    engine = EngineProcess(
-        write_config(tmp_path / "e.toml", model, port=port, core_process=True), tmp_path / "e.log"
-    )
+    _, engine = start_core(tmp_path, model, healthy=False)
     engines.append(engine)
     assert engine.wait_exit(120) == 1
     output = engine.output()
