@@ -17,7 +17,6 @@ still loads.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import functools
 import logging
@@ -25,7 +24,6 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
@@ -47,7 +45,8 @@ class _Stream:
 
 
 class StepWriter(Outbox):
-    """Collects what the engine thread emits in a step and sends it as one ``step`` message.
+    """An :class:`~sparkfold.engines.generator.Outbox` whose :meth:`flush` sends what the engine
+    thread emitted in a step as one ``step`` message (instead of waking this process's event loops).
 
     Outside a step (a refusal at admission, the end of everything at shutdown) an item goes at once.
     """
@@ -58,43 +57,36 @@ class StepWriter(Outbox):
         self._lock = lock
         self.streams: dict[int, _Stream] = {}
         self._pending: dict[int, tuple[list[int], Any]] = {}
-        self._in_step: int | None = None
-
-    @contextlib.contextmanager
-    def step(self) -> Iterator[None]:
-        self._in_step = threading.get_ident()
-        try:
-            yield
-        finally:
-            self._in_step = None
-            self.flush()
+        self._pending_lock = threading.Lock()  # the engine thread's step and another thread's refusal
 
     def emit(self, rid: int, item: int | BaseException | None) -> None:
-        tokens, _ = entry = self._pending.get(rid) or ([], None)
-        if isinstance(item, int):
-            tokens.append(item)
-        else:
-            entry = (tokens, ("done",) if item is None else ("error", core_wire.portable_error(item)))
-        self._pending[rid] = entry
-        if self._in_step != threading.get_ident():
+        with self._pending_lock:
+            tokens, _ = entry = self._pending.get(rid) or ([], None)
+            if isinstance(item, int):
+                tokens.append(item)
+            else:
+                entry = (tokens, ("done",) if item is None else ("error", core_wire.portable_error(item)))
+            self._pending[rid] = entry
+        if not self.holding():
             self.flush()
 
     def flush(self) -> None:
-        pending, self._pending = self._pending, {}
-        if not pending:
-            return
-        out = []
-        for rid, (tokens, end) in pending.items():
-            stream = self.streams.get(rid)
-            if stream is None:
-                continue
-            logprobs = stream.params.logprobs_out[stream.logprobs_sent :]
-            stream.logprobs_sent += len(logprobs)
-            out.append((rid, tokens, logprobs, stream.params.report, end))
-            if end is not None:
-                del self.streams[rid]
-        with self._lock:
-            core_wire.send(self._conn, ("step", out))
+        super().flush()  # what was sent to an event loop of this process (nothing, in a core)
+        with self._pending_lock:
+            pending, self._pending = self._pending, {}
+            out = []
+            for rid, (tokens, end) in pending.items():
+                stream = self.streams.get(rid)
+                if stream is None:
+                    continue
+                logprobs = stream.params.logprobs_out[stream.logprobs_sent :]
+                stream.logprobs_sent += len(logprobs)
+                out.append((rid, tokens, logprobs, stream.params.report, end))
+                if end is not None:
+                    del self.streams[rid]
+        if out:
+            with self._lock:
+                core_wire.send(self._conn, ("step", out))
 
 
 def _status(generator: Any) -> dict[str, Any]:

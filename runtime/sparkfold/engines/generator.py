@@ -142,6 +142,10 @@ class Outbox:
     and every one lets the event loop take the GIL from the engine thread in the middle of its
     step; batching them is what vLLM's engine core does per step (one output message per step).
     Items another thread emits during a step (none today) still go at once.
+
+    The hold-per-step is this class's one concept; where the held items go is :meth:`flush`'s:
+    here the event loops of this process, in an engine core one ``step`` message over the pipe
+    (:class:`sparkfold.engines.core_main.StepWriter`).
     """
 
     def __init__(self) -> None:
@@ -152,21 +156,29 @@ class Outbox:
 
     @contextlib.contextmanager
     def step(self) -> Iterator[None]:
-        """Hold what this thread emits until the block ends (also when it raises)."""
+        """Hold what this thread emits until the block ends (also when it raises), then :meth:`flush`."""
         self._holder = threading.get_ident()
         try:
             yield
         finally:
             self._holder = None
-            held, self._held = self._held, {}
-            for loop, calls in held.items():
-                _call(loop, _deliver, calls, [cancel for _, _, cancel in calls])
+            self.flush()
+
+    def holding(self) -> bool:
+        """Whether the calling thread is inside :meth:`step` (what it emits waits for the step's end)."""
+        return self._holder == threading.get_ident()
+
+    def flush(self) -> None:
+        """Hand over what the step held: each event loop all of its items in one call."""
+        held, self._held = self._held, {}
+        for loop, calls in held.items():
+            _call(loop, _deliver, calls, [cancel for _, _, cancel in calls])
 
     def send(
         self, loop: asyncio.AbstractEventLoop, put: Callable[[Any], None], item: Any, cancel: threading.Event
     ) -> None:
         """``put(item)`` on ``loop``; ``cancel`` is set when that loop is gone (nobody listens)."""
-        if self._holder == threading.get_ident():
+        if self.holding():
             self._held.setdefault(loop, []).append((put, item, cancel))
         else:
             _call(loop, put, item, [cancel])
