@@ -13,7 +13,7 @@ import contextlib
 import json
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +67,20 @@ def wait_idle(server: str) -> None:
             break
         time.sleep(0.1)
     assert health["requests_running"] == 0
+
+
+def stream_events(url: str, body: dict[str, Any], after_first: Callable[[], None]) -> list[str]:
+    """A streamed completion (``ignore_eos``) read to its end: its ``data:`` payloads; ``after_first``
+    runs once the first has come."""
+    events: list[str] = []
+    request = {**body, "ignore_eos": True, "stream": True}
+    with httpx.stream("POST", f"{url}/v1/completions", json=request, timeout=120) as reply:
+        for line in reply.iter_lines():
+            if line.startswith("data: "):
+                events.append(line[6:])
+                if len(events) == 1:
+                    after_first()
+    return events
 
 
 @pytest.fixture(scope="module")
@@ -201,15 +215,12 @@ def test_the_core_killed_makes_health_and_requests_503_and_ends_streams_with_an_
 ) -> None:
     url, engine = own_core
     core = _core(engine)
-    body = {"prompt": "Once upon a time", "max_tokens": 1500, "ignore_eos": True, "stream": True}
-    events: list[str] = []
-    with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=120) as reply:
-        for line in reply.iter_lines():
-            if line.startswith("data: "):
-                events.append(line[6:])
-                if len(events) == 1:  # the first token is out: the core dies mid-stream
-                    core.kill()
-                    core.wait(timeout=30)
+
+    def kill() -> None:  # the first token is out: the core dies mid-stream
+        core.kill()
+        core.wait(timeout=30)
+
+    events = stream_events(url, {"prompt": "Once upon a time", "max_tokens": 1500}, after_first=kill)
     assert events[-1] == "[DONE]"
     error = json.loads(events[-2])["error"]
     assert error["code"] == "engine_unavailable" and "engine core" in error["message"], error
@@ -230,14 +241,9 @@ def test_the_core_killed_makes_health_and_requests_503_and_ends_streams_with_an_
 def test_sigterm_drains_then_stops_the_server_and_its_core(own_core: tuple[str, EngineProcess]) -> None:
     url, engine = own_core
     core = _core(engine)
-    body = {"prompt": "Once upon a time", "max_tokens": 30, "ignore_eos": True, "stream": True}
-    events: list[str] = []
-    with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=120) as reply:
-        for line in reply.iter_lines():
-            if line.startswith("data: "):
-                events.append(line[6:])
-                if len(events) == 1:
-                    engine.signal(signal.SIGTERM)  # mid-stream: the core keeps generating through the drain
+    body = {"prompt": "Once upon a time", "max_tokens": 30}
+    # SIGTERM mid-stream: the core keeps generating through the drain
+    events = stream_events(url, body, after_first=lambda: engine.signal(signal.SIGTERM))
     assert events[-1] == "[DONE]"
     assert json.loads(events[-2])["usage"]["completion_tokens"] == 30
     assert engine.wait_exit(60) == 0, engine.output()[-2000:]

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import torch
-from tests.unit.engines.test_exllamav3 import FAKE_EXL, FakeGenerator, FakeVision, PictureTok
+from tests.unit.engines.test_exllamav3 import FakeGenerator, FakeVision, with_vision
 
 from sparkfold.engines import core_main
 from sparkfold.engines import exllamav3 as backend
@@ -62,17 +62,8 @@ class CoreThread:
 def core() -> Iterator[tuple[CoreClient, FakeGenerator, Connection]]:
     fake = FakeGenerator()
     vision = PickyVision()
-    generator = backend.Exllamav3Generator(
-        FAKE_EXL,
-        torch,
-        [backend.Lane("main", fake, 4096)],
-        PictureTok(),
-        context_length=2048,
-        parallel=2,
-        eos_token_ids=frozenset({99}),
-        vocab_size=128,
-        glm=SimpleNamespace(image_processor=backend.VisionPreprocessor(vision, torch)),
-        vision=vision,
+    generator = with_vision(
+        fake, vision, SimpleNamespace(image_processor=backend.VisionPreprocessor(vision, torch))
     )
     ours, theirs = (Connection(s.detach()) for s in socket.socketpair())
     info = core_main._ready_info(generator)

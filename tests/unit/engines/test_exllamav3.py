@@ -475,10 +475,9 @@ class PictureTok(Tok):
         return 7
 
 
-def test_pictures_reach_the_job_as_embeddings_spliced_into_the_prompt() -> None:
-    fake = FakeGenerator()
-    vision = FakeVision()
-    generator = backend.Exllamav3Generator(
+def with_vision(fake: FakeGenerator, vision: FakeVision, glm: Any = None) -> backend.Exllamav3Generator:
+    """The engine on ``fake`` with the vision tower ``vision`` (and the GLM protocol ``glm``)."""
+    return backend.Exllamav3Generator(
         FAKE_EXL,
         torch,
         [backend.Lane("main", fake, 4096)],
@@ -487,8 +486,15 @@ def test_pictures_reach_the_job_as_embeddings_spliced_into_the_prompt() -> None:
         parallel=2,
         eos_token_ids=frozenset({99}),
         vocab_size=128,
+        glm=glm,
         vision=vision,
     )
+
+
+def test_pictures_reach_the_job_as_embeddings_spliced_into_the_prompt() -> None:
+    fake = FakeGenerator()
+    vision = FakeVision()
+    generator = with_vision(fake, vision)
     measured = backend.VisionPreprocessor(vision, torch)([3])
     assert measured["image_grid_thw"].tolist() == [[1, 2, 6]] and measured["pixel_values"] == [3]
     try:
