@@ -193,7 +193,7 @@ class ScriptedEngine:
             elif script.stall_after is not None:  # a non-streamed reply that never comes
                 await self._hold(receive)
             else:
-                await self._complete(script, send)
+                await self._complete(script, send, chat=path == "/v1/chat/completions")
         else:
             await _json(send, {"error": {"message": "not found", "type": "not_found"}}, status=404)
 
@@ -218,7 +218,8 @@ class ScriptedEngine:
         finally:
             self._bump("active", -1)
 
-    async def _complete(self, script: Script, send: Any) -> None:
+    async def _complete(self, script: Script, send: Any, *, chat: bool) -> None:
+        """The whole reply: a ``chat.completion`` or, for ``/v1/completions``, a ``text_completion``."""
         tokens = script.tokens()
         message: dict[str, Any] = {
             "role": "assistant",
@@ -231,14 +232,15 @@ class ScriptedEngine:
                 {"id": f"call_{i}", "type": "function", "function": {"name": n, "arguments": a}}
                 for i, (n, a) in enumerate(script.tool_calls)
             ]
-        choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": script.finish()}
+        said: dict[str, Any] = {"message": message} if chat else {"text": message["content"]}
+        choice: dict[str, Any] = {"index": 0, **said, "finish_reason": script.finish()}
         if script.stop_reason:
             choice["stop_reason"] = script.stop_reason
         await _json(
             send,
             {
-                "id": "chatcmpl-fake",
-                "object": "chat.completion",
+                "id": "chatcmpl-fake" if chat else "cmpl-fake",
+                "object": "chat.completion" if chat else "text_completion",
                 "created": 1,
                 "model": "fake",
                 "choices": [choice],
