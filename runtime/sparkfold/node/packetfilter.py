@@ -13,6 +13,10 @@ chain's policy decides at its end. A rule is read as covering a need only when i
 open every port to the peer). A match this module does not read (an ``xt`` extension, marks, sets
 of concatenations ...) makes its rule unknown: it is skipped, and a verdict that passed one says
 "may".
+
+Written by hand because no maintained library judges a ruleset: the nftables Python binding
+(``nftables.Nftables``) runs ``nft`` commands and returns the same JSON, and python-iptables edits
+rules through libiptc; neither says whether a given connection would pass.
 """
 
 from __future__ import annotations
