@@ -1,4 +1,5 @@
-"""Fakes for the node checks: scripted command answers, settings, a fake sysfs RoCE port."""
+"""Fakes for the node checks: scripted command answers, settings, a fake sysfs RoCE port, and
+``nft -j list ruleset`` output built from rules (nftables 1.0's JSON, libnftables-json(5))."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from sparkfold.config import Settings, parse
 
@@ -48,3 +50,40 @@ def add_roce_port(
     for index, (gid, kind) in gids.items():
         (base / "gids" / str(index)).write_text(gid + "\n")
         (base / "gid_attrs/types" / str(index)).write_text(kind + "\n")
+
+
+def match(left: dict[str, Any], right: Any, op: str = "==") -> dict[str, Any]:
+    return {"match": {"op": op, "left": left, "right": right}}
+
+
+def dport(right: Any) -> dict[str, Any]:
+    return match({"payload": {"protocol": "tcp", "field": "dport"}}, right)
+
+
+def saddr(right: Any) -> dict[str, Any]:
+    return match({"payload": {"protocol": "ip", "field": "saddr"}}, right)
+
+
+def ruleset(*rules: list[dict[str, Any]], policy: str = "drop", extra: list[Any] | None = None) -> str:
+    """``nft -j list ruleset`` of an inet filter table whose input chain holds ``rules``."""
+    items: list[dict[str, Any]] = [
+        {"metainfo": {"version": "1.0.9", "release_name": "Old Doc Yak #3", "json_schema_version": 1}},
+        {"table": {"family": "inet", "name": "filter", "handle": 1}},
+        {
+            "chain": {
+                "family": "inet",
+                "table": "filter",
+                "name": "input",
+                "handle": 1,
+                "type": "filter",
+                "hook": "input",
+                "prio": 0,
+                "policy": policy,
+            }
+        },
+        *(extra or []),
+    ]
+    for handle, expr in enumerate(rules, start=4):
+        rule = {"family": "inet", "table": "filter", "chain": "input", "handle": handle, "expr": expr}
+        items.append({"rule": rule})
+    return json.dumps({"nftables": items})

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from node_fakes import FakeHost, add_roce_port
+from node_fakes import FakeHost, add_roce_port, dport, ruleset
 
 from sparkfold.cli import main
 from sparkfold.node.doctor import Doctor, as_dict, as_table, redact
@@ -132,41 +132,7 @@ def test_command_prints_a_table_and_json(tmp_path: Path) -> None:
     assert raw.exit_code == 0 and "sections" in json.loads(raw.output)
 
 
-DROP_ALL_BUT_SSH = {
-    "nftables": [
-        {"table": {"family": "inet", "name": "filter", "handle": 1}},
-        {
-            "chain": {
-                "family": "inet",
-                "table": "filter",
-                "name": "input",
-                "handle": 1,
-                "type": "filter",
-                "hook": "input",
-                "prio": 0,
-                "policy": "drop",
-            }
-        },
-        {
-            "rule": {
-                "family": "inet",
-                "table": "filter",
-                "chain": "input",
-                "handle": 2,
-                "expr": [
-                    {
-                        "match": {
-                            "op": "==",
-                            "left": {"payload": {"protocol": "tcp", "field": "dport"}},
-                            "right": 22,
-                        }
-                    },
-                    {"accept": None},
-                ],
-            }
-        },
-    ]
-}
+DROP_ALL_BUT_SSH = ruleset([dport(22), {"accept": None}])
 
 
 def test_without_an_active_ufw_the_nftables_ruleset_is_judged(node: Doctor, host: FakeHost) -> None:
@@ -218,9 +184,7 @@ def test_rules_nft_lists_as_xt_matches_are_read_from_iptables_save(node: Doctor,
     verdict then comes from iptables-save, which reads it."""
     del host.answers[("ufw", "status", "verbose")]
     xt = {"xt": {"type": "match", "name": "conntrack"}}
-    listed = json.loads(json.dumps(DROP_ALL_BUT_SSH))
-    listed["nftables"][2]["rule"]["expr"] = [xt, {"accept": None}]
-    host.answer(["nft", "-j", "list", "ruleset"], 0, listed)
+    host.answer(["nft", "-j", "list", "ruleset"], 0, ruleset([xt, {"accept": None}]))
     host.answer(
         ["iptables-save"],
         0,

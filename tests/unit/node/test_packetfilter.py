@@ -5,9 +5,9 @@ the usual established/loopback/SSH rules, and rules that open what the pair need
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
+from node_fakes import dport, match, ruleset, saddr
 
 from sparkfold.node.packetfilter import judge, needs_for, parse_iptables_save, parse_nft_json
 
@@ -15,45 +15,8 @@ PEER = "203.0.113.2"
 HEAD_NEEDS = needs_for(peer=PEER, gateway_port=8888, engine_port=18888, link_netdev="enp1s0f1np1")
 
 
-def match(left: dict[str, Any], right: Any, op: str = "==") -> dict[str, Any]:
-    return {"match": {"op": op, "left": left, "right": right}}
-
-
 ESTABLISHED = match({"ct": {"key": "state"}}, ["established", "related"], "in")
 LOOPBACK = match({"meta": {"key": "iif"}}, "lo")
-
-
-def dport(right: Any) -> dict[str, Any]:
-    return match({"payload": {"protocol": "tcp", "field": "dport"}}, right)
-
-
-def saddr(right: Any) -> dict[str, Any]:
-    return match({"payload": {"protocol": "ip", "field": "saddr"}}, right)
-
-
-def ruleset(*rules: list[dict[str, Any]], policy: str = "drop", extra: list[Any] | None = None) -> str:
-    """``nft -j list ruleset`` of an inet filter table whose input chain holds ``rules``."""
-    items: list[dict[str, Any]] = [
-        {"metainfo": {"version": "1.0.9", "release_name": "Old Doc Yak #3", "json_schema_version": 1}},
-        {"table": {"family": "inet", "name": "filter", "handle": 1}},
-        {
-            "chain": {
-                "family": "inet",
-                "table": "filter",
-                "name": "input",
-                "handle": 1,
-                "type": "filter",
-                "hook": "input",
-                "prio": 0,
-                "policy": policy,
-            }
-        },
-        *(extra or []),
-    ]
-    for handle, expr in enumerate(rules, start=4):
-        rule = {"family": "inet", "table": "filter", "chain": "input", "handle": handle, "expr": expr}
-        items.append({"rule": rule})
-    return json.dumps({"nftables": items})
 
 
 USUAL = (
