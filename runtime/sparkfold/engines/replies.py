@@ -41,11 +41,10 @@ log = logging.getLogger(__name__)
 def outcome_error(exc: BaseException) -> ApiError:
     if isinstance(exc, CapacityError):
         return ApiError(503, str(exc), None, "capacity", "server_error")
-    if isinstance(exc, EngineGone):
-        log.error("generation failed: %s", exc)
-        return unavailable(exc)
     if isinstance(exc, EngineFailure):
         log.error("generation failed: %s", exc)
+        if isinstance(exc, EngineGone):
+            return unavailable(exc)
     else:
         log.exception("generation failed")
     return ApiError(500, f"generation failed: {exc}", None, "engine_error", "server_error")

@@ -207,11 +207,12 @@ class Doctor:
             return self._no_settings("firewall")
         settings = self.settings
         public = settings.node.rank == 0 and not is_loopback(settings.api.host)
+        gateway_port = settings.api.port if public else None
         peer = None if settings.fabric.peer is None else str(settings.fabric.peer)
         ufw = self.run(["ufw", "status", "verbose"])
         said = "no ufw"
         if ufw.returncode == 0:
-            verdict = judge(ufw.stdout, peer=peer, gateway_port=settings.api.port if public else None)
+            verdict = judge(ufw.stdout, peer=peer, gateway_port=gateway_port)
             if verdict.ok is not None:
                 return Section("firewall", verdict.ok, verdict.line, {"blocked": list(verdict.blocked)})
             said = verdict.line
@@ -219,7 +220,7 @@ class Doctor:
             said = f"ufw status: {_failed(ufw)}"
         needs = needs_for(
             peer=peer,
-            gateway_port=settings.api.port if public else None,
+            gateway_port=gateway_port,
             engine_port=settings.engine.port if settings.node.rank == 0 else None,
             link_netdev=settings.fabric.socket_ifname,
         )
