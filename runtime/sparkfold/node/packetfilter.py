@@ -39,7 +39,8 @@ _MAX_DEPTH = 16
 @dataclass(frozen=True)
 class Match:
     """One condition: ``kind`` is saddr (networks), dport (port ranges), iif (netdev names), proto
-    (protocol names), ctstate (conntrack states), or unknown; ``negate`` for ``!=`` / ``!``."""
+    (protocol names), ctstate (conntrack states), daddrtype (address types of the destination,
+    iptables' addrtype), or unknown; ``negate`` for ``!=`` / ``!``."""
 
     kind: str
     values: tuple[Any, ...] = ()
@@ -141,6 +142,8 @@ def _covers(match: Match, need: Need) -> bool | None:
         held = "tcp" in match.values
     elif match.kind == "ctstate":
         held = _NEW_CONNECTION in match.values
+    elif match.kind == "daddrtype":  # a connection in is to one of this node's own (unicast) addresses
+        held = "LOCAL" in match.values
     else:
         return None
     return held != match.negate
@@ -409,6 +412,8 @@ def _ipt_rule(args: list[str]) -> Rule:
             matches.append(Match("iif", (value,), negate))
         elif arg in ("--ctstate", "--state"):
             matches.append(Match("ctstate", tuple(value.lower().split(",")), negate))
+        elif arg == "--dst-type":
+            matches.append(Match("daddrtype", tuple(value.upper().split(",")), negate))
         elif arg in ("-j", "--jump", "-g", "--goto"):
             upper = value.upper()
             if upper in ("ACCEPT", "DROP", "REJECT", "RETURN"):
@@ -419,7 +424,7 @@ def _ipt_rule(args: list[str]) -> Rule:
                 action, target = ("goto" if arg in ("-g", "--goto") else "jump"), value
             step = len(args) - index  # a target's own options follow
         elif arg == "-m":
-            if value not in ("tcp", "multiport", "conntrack", "state", "comment", "limit"):
+            if value not in ("tcp", "multiport", "conntrack", "state", "comment", "limit", "addrtype"):
                 matches.append(Match("unknown"))
         elif arg == "--comment" or arg.startswith("--limit"):
             pass
