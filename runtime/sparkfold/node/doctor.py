@@ -236,11 +236,12 @@ class Doctor:
     def _packet_filter(self, needs: list[Need]) -> UfwVerdict | str | None:
         """The verdict of nftables' ruleset (iptables' where there is no nft), the failure in words,
         or None where neither tool is there. Where nft's listing holds rules it cannot read (the
-        ``xt`` matches iptables-nft writes, e.g. conntrack) and iptables-save reads them, that wins."""
+        ``xt`` matches iptables-nft writes, e.g. conntrack) or no input filter at all (legacy
+        iptables' rules are not in it) and iptables-save judges, that wins."""
         verdict = self._judge_listing(["nft", "-j", "list", "ruleset"], needs)
         if verdict is None:
             return self._judge_listing(["iptables-save"], needs)
-        if isinstance(verdict, UfwVerdict) and verdict.ok is None and verdict.blocked:
+        if isinstance(verdict, UfwVerdict) and verdict.ok is None:
             legacy = self._judge_listing(["iptables-save"], needs)
             if isinstance(legacy, UfwVerdict) and legacy.ok is not None:
                 return legacy

@@ -195,3 +195,23 @@ def test_rules_nft_lists_as_xt_matches_are_read_from_iptables_save(node: Doctor,
     assert firewall["ok"] is False
     assert firewall["summary"].startswith("no ufw; iptables (INPUT policy drop) blocks the peer 203.0.113.2")
     assert firewall["data"]["blocked"] == ["the peer 203.0.113.2 (rendezvous, heartbeats, NCCL)"]
+
+
+CAPTURES = Path(__file__).parent / "captures"
+
+
+@pytest.mark.parametrize("scenario", ["legacy-some-clients", "iptables-some-clients"])
+def test_iptables_save_decides_where_nft_lists_no_filter_or_cannot_read_it(
+    node: Doctor, host: FakeHost, scenario: str
+) -> None:
+    """Real listings (captures/): legacy iptables' rules are not in nft's ruleset at all, and
+    iptables-nft's conntrack match is an ``xt`` nft does not spell out; iptables-save reads both."""
+    del host.answers[("ufw", "status", "verbose")]
+    host.answer(["nft", "-j", "list", "ruleset"], 0, (CAPTURES / f"{scenario}.nft.json").read_text())
+    host.answer(["iptables-save"], 0, (CAPTURES / f"{scenario}.iptables-save").read_text())
+    firewall = sections(node)["firewall"]
+    assert firewall["ok"] is False
+    assert firewall["summary"] == (
+        "no ufw; iptables (INPUT policy drop) blocks the gateway port 8888/tcp:"
+        " run sudo iptables -I INPUT -p tcp --dport 8888 -j ACCEPT"
+    )
