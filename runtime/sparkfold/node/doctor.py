@@ -26,9 +26,10 @@ from sparkfold import __version__
 from sparkfold.config import ConfigError, Settings, engine_fingerprint, is_loopback, load
 from sparkfold.node.checks import Runner
 from sparkfold.node.fabric import DEFAULT_SYSFS, discover
+from sparkfold.node.firewall import FirewallVerdict
 from sparkfold.node.packetfilter import Need, needs_for, parse_iptables_save, parse_nft_json
 from sparkfold.node.packetfilter import judge as judge_rules
-from sparkfold.node.ufw import UfwVerdict, judge
+from sparkfold.node.ufw import judge
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -201,8 +202,8 @@ class Doctor:
     def firewall(self) -> Section:
         """Whether the node's packet filter lets in the gateway's clients (head), everything from the
         peer, and the engine port on loopback (rank 0): an active ufw that filters is judged from
-        its own table (node/ufw.py), otherwise the nftables ruleset, or iptables where there is no
-        nft (node/packetfilter.py)."""
+        its own table (node/ufw.py), otherwise the nftables ruleset, or iptables-save where there is
+        no nft or nft's listing does not decide (node/packetfilter.py)."""
         if self.settings is None:
             return self._no_settings("firewall")
         settings = self.settings
@@ -233,7 +234,7 @@ class Doctor:
             "firewall", filtered.ok, f"{said}; {filtered.line}", {"blocked": list(filtered.blocked)}
         )
 
-    def _packet_filter(self, needs: list[Need]) -> UfwVerdict | str | None:
+    def _packet_filter(self, needs: list[Need]) -> FirewallVerdict | str | None:
         """The verdict of nftables' ruleset (iptables' where there is no nft), the failure in words,
         or None where neither tool is there. Where nft's listing holds rules it cannot read (the
         ``xt`` matches iptables-nft writes, e.g. conntrack) or no input filter at all (legacy
@@ -241,13 +242,13 @@ class Doctor:
         verdict = self._judge_listing(["nft", "-j", "list", "ruleset"], needs)
         if verdict is None:
             return self._judge_listing(["iptables-save"], needs)
-        if isinstance(verdict, UfwVerdict) and verdict.ok is None:
+        if isinstance(verdict, FirewallVerdict) and verdict.ok is None:
             legacy = self._judge_listing(["iptables-save"], needs)
-            if isinstance(legacy, UfwVerdict) and legacy.ok is not None:
+            if isinstance(legacy, FirewallVerdict) and legacy.ok is not None:
                 return legacy
         return verdict
 
-    def _judge_listing(self, argv: list[str], needs: list[Need]) -> UfwVerdict | str | None:
+    def _judge_listing(self, argv: list[str], needs: list[Need]) -> FirewallVerdict | str | None:
         result = self.run(argv)
         if result.returncode == 127:
             return None

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparkfold.node.ufw import UfwVerdict
+from sparkfold.node.firewall import FirewallVerdict
 
 __all__ = ["Chain", "Need", "Rule", "judge", "needs_for", "parse_iptables_save", "parse_nft_json"]
 
@@ -187,12 +187,12 @@ def _walk(
     return None
 
 
-def judge(tool: str, chains: Sequence[Chain], needs: Iterable[Need]) -> UfwVerdict:
+def judge(tool: str, chains: Sequence[Chain], needs: Iterable[Need]) -> FirewallVerdict:
     """What the input hook of ``chains`` (one ruleset of ``tool``: nftables or iptables) blocks of
     ``needs``, and what to run."""
     base = sorted((c for c in chains if c.policy is not None), key=lambda c: c.priority)
     if not base:
-        return UfwVerdict(None, f"{tool}: no input filter")
+        return FirewallVerdict(None, f"{tool}: no input filter")
     by_name = {c.name: c for c in chains}
     blocked: list[str] = []
     maybe: list[str] = []
@@ -209,13 +209,13 @@ def judge(tool: str, chains: Sequence[Chain], needs: Iterable[Need]) -> UfwVerdi
             fixes.append(f"sudo iptables -I {dropped_by.where} {need.iptables}")
     policies = ", ".join(f"{c.where} policy {c.policy}" for c in base)
     if not blocked and not maybe:
-        return UfwVerdict(True, f"{tool} ({policies}) lets in what the pair needs")
+        return FirewallVerdict(True, f"{tool} ({policies}) lets in what the pair needs")
     said = []
     if blocked:
         said.append(f"blocks {' and '.join(blocked)}")
     if maybe:
         said.append(f"may block {' and '.join(maybe)} (rules it cannot read decide)")
-    return UfwVerdict(
+    return FirewallVerdict(
         False if blocked else None,
         f"{tool} ({policies}) {'; '.join(said)}: run {' and '.join(fixes)}",
         tuple(blocked + maybe),

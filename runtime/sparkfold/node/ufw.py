@@ -11,21 +11,12 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from dataclasses import dataclass
 
-__all__ = ["UfwVerdict", "judge"]
+from sparkfold.node.firewall import FirewallVerdict
+
+__all__ = ["judge"]
 
 _RULE = re.compile(r"^(?P<to>\S.*?)\s{2,}(?P<action>ALLOW|DENY|REJECT|LIMIT)(?: IN)?\s{2,}(?P<src>\S.*?)\s*$")
-
-
-@dataclass(frozen=True)
-class UfwVerdict:
-    """``ok``: None when ufw filters nothing (inactive or allowing by default); ``line``: one
-    sentence with what to run."""
-
-    ok: bool | None
-    line: str
-    blocked: tuple[str, ...] = ()
 
 
 def _covers(source: str, address: str) -> bool:
@@ -75,13 +66,13 @@ def _allows_peer(rules: list[tuple[str, str, str]], peer: str) -> bool:
     return False
 
 
-def judge(status: str, *, peer: str | None, gateway_port: int | None) -> UfwVerdict:
+def judge(status: str, *, peer: str | None, gateway_port: int | None) -> FirewallVerdict:
     """What ``status`` (``ufw status verbose``) blocks of the pair's traffic, and what to run."""
     if "Status: active" not in status:
-        return UfwVerdict(None, "ufw inactive")
+        return FirewallVerdict(None, "ufw inactive")
     default = re.search(r"^Default:\s*(\w+) \(incoming\)", status, re.MULTILINE)
     if default is None or default[1] == "allow":
-        return UfwVerdict(None, "ufw active, allows incoming by default")
+        return FirewallVerdict(None, "ufw active, allows incoming by default")
     rules = _rules(status)
     blocked: list[str] = []
     fixes: list[str] = []
@@ -92,10 +83,10 @@ def judge(status: str, *, peer: str | None, gateway_port: int | None) -> UfwVerd
         blocked.append(f"the peer {peer} (rendezvous, heartbeats, NCCL)")
         fixes.append(f"sudo ufw allow from {peer}")
     if not blocked:
-        return UfwVerdict(
+        return FirewallVerdict(
             True, f"ufw active ({default[1]} incoming); the gateway and the peer {peer} are allowed"
         )
-    return UfwVerdict(
+    return FirewallVerdict(
         False,
         f"ufw active ({default[1]} incoming) blocks {' and '.join(blocked)}: run {' and '.join(fixes)}",
         tuple(blocked),

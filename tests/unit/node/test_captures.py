@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from sparkfold.node import ufw
+from sparkfold.node.firewall import FirewallVerdict
 from sparkfold.node.packetfilter import Need, judge, needs_for, parse_iptables_save, parse_nft_json
-from sparkfold.node.ufw import UfwVerdict
 
 CAPTURES = Path(__file__).parent / "captures"
 PEER = "203.0.113.2"
@@ -27,7 +27,7 @@ def listing(name: str) -> tuple[str, str]:
     return ("nftables" if name.endswith(".nft.json") else "iptables"), text
 
 
-def verdict_of(name: str, needs: Sequence[Need] = HEAD_NEEDS) -> UfwVerdict:
+def verdict_of(name: str, needs: Sequence[Need] = HEAD_NEEDS) -> FirewallVerdict:
     tool, text = listing(name)
     chains = parse_nft_json(text) if tool == "nftables" else parse_iptables_save(text)
     return judge(tool, chains, needs)

@@ -173,7 +173,11 @@ _LISTINGS = {
     "iptables-save": (["iptables-nft-save"], "iptables-save"),
     "iptables-legacy-save": (["iptables-legacy-save"], "iptables-save"),
 }
-_LOADERS = {"nft": ["nft", "-f", "-"], "iptables": ["iptables-nft-restore"], "legacy": ["iptables-legacy-restore"]}
+_LOADERS = {
+    "nft": ["nft", "-f", "-"],
+    "iptables": ["iptables-nft-restore"],
+    "legacy": ["iptables-legacy-restore"],
+}
 
 
 def _run(argv: list[str], stdin: str | None = None) -> str:
@@ -195,8 +199,10 @@ def _ufw_root(deb: Path | None, scratch: Path) -> Path:
         shutil.copy(rules, root / "etc/ufw" / rules.name)
     shutil.copy(root / "usr/share/ufw/ufw.conf", root / "etc/ufw/ufw.conf")
     defaults = root / "etc/default/ufw"
-    lines = defaults.read_text().splitlines()
-    defaults.write_text("".join(("IPT_SYSCTL=" if ln.startswith("IPT_SYSCTL=") else ln) + "\n" for ln in lines))
+    lines = [
+        "IPT_SYSCTL=" if ln.startswith("IPT_SYSCTL=") else ln for ln in defaults.read_text().splitlines()
+    ]
+    defaults.write_text("".join(f"{ln}\n" for ln in lines))
     return root
 
 
