@@ -1,6 +1,6 @@
 """Would nftables or iptables rules block the pair? Read from ``nft -j list ruleset`` (nftables'
 own machine format; DGX OS's iptables is its nft backend, so its rules are listed there too), or
-from ``iptables-save`` where there is no ``nft``.
+from ``iptables-save`` where there is no ``nft`` (or legacy iptables holds the rules).
 
 What the pair needs in is what node/ufw.py judges: on the head the gateway's port from any client
 (unless it listens on loopback), on both nodes every port from the peer's link address (NCCL and
@@ -8,11 +8,12 @@ TensorFold's ranks open ports of their own besides the rendezvous), and on rank 
 server's port on loopback (the gateway reaches the engine there). Each need is one TCP connection
 walked through the input hook's base chains the way the kernel does: in priority order, every base
 chain must accept it, a chain's first matching rule decides, jumps and gotos are followed, the
-chain's policy decides at its end. A rule is read as covering a need only when it covers all of it
-(a rule for some sources does not open the gateway to any client; a rule for some ports does not
-open every port to the peer). A match this module does not read (an ``xt`` extension, marks, sets
-of concatenations ...) makes its rule unknown: it is skipped, and a verdict that passed one says
-"may".
+chain's policy decides at its end. The gateway is not walked through the fleet's own gateway filter
+(table ``inet sparkfold_gateway``, docs/fleet.md), which lets only the router host in on purpose.
+A rule is read as covering a need only when it covers all of it (a rule for some sources does not
+open the gateway to any client; a rule for some ports does not open every port to the peer). A
+match this module does not read (an ``xt`` extension, marks, sets of concatenations ...) makes its
+rule unknown: it is skipped, and a verdict that passed one says "may".
 
 Written by hand because no maintained library judges a ruleset: the nftables Python binding
 (``nftables.Nftables``) runs ``nft`` commands and returns the same JSON, and python-iptables edits
@@ -33,6 +34,9 @@ from sparkfold.node.firewall import FirewallVerdict
 __all__ = ["Chain", "Need", "Rule", "judge", "needs_for", "parse_iptables_save", "parse_nft_json"]
 
 _NEW_CONNECTION = "new"
+# A fleet's pair head lets only the router host (and the sources it is given) reach its gateway
+# port, from a table of its own (docs/fleet.md): there the gateway is not meant for any client.
+FLEET_GATEWAY_TABLE = "inet sparkfold_gateway"
 _MAX_DEPTH = 16
 
 
@@ -187,6 +191,10 @@ def _walk(
     return None
 
 
+def _is_fleet_filter(chain: Chain) -> bool:
+    return chain.where.startswith(f"{FLEET_GATEWAY_TABLE} ")
+
+
 def judge(tool: str, chains: Sequence[Chain], needs: Iterable[Need]) -> FirewallVerdict:
     """What the input hook of ``chains`` (one ruleset of ``tool``: nftables or iptables) blocks of
     ``needs``, and what to run."""
@@ -197,9 +205,18 @@ def judge(tool: str, chains: Sequence[Chain], needs: Iterable[Need]) -> Firewall
     blocked: list[str] = []
     maybe: list[str] = []
     fixes: list[str] = []
+    fleet = ""
     for need in needs:
         unsure: list[str] = []
-        dropped_by = next((c for c in base if (_walk(by_name, c, need, unsure) or c.policy) == "drop"), None)
+        walked = base
+        if need.source is None and any(_is_fleet_filter(c) for c in base):
+            walked = [c for c in base if not _is_fleet_filter(c)]
+            fleet = (
+                f"; who reaches {need.name} is {FLEET_GATEWAY_TABLE}'s to say (the fleet's gateway filter)"
+            )
+        dropped_by = next(
+            (c for c in walked if (_walk(by_name, c, need, unsure) or c.policy) == "drop"), None
+        )
         if dropped_by is None:
             continue
         (maybe if unsure else blocked).append(need.name)
@@ -209,7 +226,7 @@ def judge(tool: str, chains: Sequence[Chain], needs: Iterable[Need]) -> Firewall
             fixes.append(f"sudo iptables -I {dropped_by.where} {need.iptables}")
     policies = ", ".join(f"{c.where} policy {c.policy}" for c in base)
     if not blocked and not maybe:
-        return FirewallVerdict(True, f"{tool} ({policies}) lets in what the pair needs")
+        return FirewallVerdict(True, f"{tool} ({policies}) lets in what the pair needs{fleet}")
     said = []
     if blocked:
         said.append(f"blocks {' and '.join(blocked)}")
@@ -217,7 +234,7 @@ def judge(tool: str, chains: Sequence[Chain], needs: Iterable[Need]) -> Firewall
         said.append(f"may block {' and '.join(maybe)} (rules it cannot read decide)")
     return FirewallVerdict(
         False if blocked else None,
-        f"{tool} ({policies}) {'; '.join(said)}: run {' and '.join(fixes)}",
+        f"{tool} ({policies}) {'; '.join(said)}: run {' and '.join(fixes)}{fleet}",
         tuple(blocked + maybe),
     )
 

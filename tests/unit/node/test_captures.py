@@ -119,6 +119,41 @@ def test_ufws_own_table_of_the_same_rules_gives_the_same_verdicts() -> None:
     assert peer_port.line.endswith(f"run sudo ufw allow from {PEER}")
 
 
+FLEET = (
+    "; who reaches the gateway port 8888/tcp is inet sparkfold_gateway's to say (the fleet's gateway filter)"
+)
+
+
+def test_the_fleets_gateway_filter_is_not_a_block_to_undo() -> None:
+    """A fleet's pair head drops its gateway port for all but the router host and the sources it is
+    given (docs/fleet.md): on purpose, so the doctor does not say to open it to any client."""
+    verdict = verdict_of("fleet-gateway.nft.json")
+    assert (verdict.ok, verdict.line) == (
+        True,
+        f"nftables (inet sparkfold_gateway input policy accept) lets in what the pair needs{FLEET}",
+    )
+
+
+@pytest.mark.parametrize(
+    ("source", "verdict"), [("203.0.113.10", True), ("198.51.100.7", True), ("198.51.100.200", False)]
+)
+def test_the_fleets_filter_lets_in_its_interval_set(source: str, verdict: bool) -> None:
+    """The set of allowed sources (flags interval: an address and a network) is read."""
+    client = Need(
+        "a client", source, 8888, "enP7s7", "tcp dport 8888 accept", "-p tcp --dport 8888 -j ACCEPT"
+    )
+    assert verdict_of("fleet-gateway.nft.json", [client]).ok is verdict
+
+
+def test_beside_the_fleets_filter_the_nodes_own_rules_still_judge_the_peer() -> None:
+    verdict = verdict_of("fleet-gateway-peer-port.nft.json")
+    assert (verdict.ok, verdict.blocked) == (False, (THE_PEER,))
+    assert verdict.line.startswith(
+        "nftables (inet filter input policy drop, inet sparkfold_gateway input policy accept) blocks the peer"
+    )
+    assert verdict.line.endswith(f"run sudo nft insert rule inet filter input ip saddr {PEER} accept{FLEET}")
+
+
 def test_every_capture_is_read_by_a_test_here() -> None:
     """A capture the script makes and no test reads would be a fixture nobody checks."""
     source = Path(__file__).read_text()

@@ -124,12 +124,39 @@ table inet filter {
 }
 """
 
+# The gateway filter a fleet's pair head loads (roles/sparkfold_service/templates/gateway-filter.nft.j2)
+# for a router host at 203.0.113.10 and sparkfold_pair_gateway_allow ["198.51.100.0/25"].
+_FLEET_GATEWAY = """\
+table inet sparkfold_gateway
+delete table inet sparkfold_gateway
+table inet sparkfold_gateway {
+    set allowed4 {
+        type ipv4_addr
+        flags interval
+        elements = { 203.0.113.10, 198.51.100.0/25 }
+    }
+    chain input {
+        type filter hook input priority filter; policy accept;
+        tcp dport 8888 iif "lo" accept
+        tcp dport 8888 ip saddr @allowed4 accept
+        tcp dport 8888 counter drop
+    }
+}
+"""
+
 # name: (how it is loaded, what is loaded, which listings are taken)
 _NFT_AND_SAVE = ("nft", "iptables-save")
 SCENARIOS: dict[str, tuple[str, str | list[list[str]], tuple[str, ...]]] = {
     "nft-open": ("nft", _NFT.replace("PEER", "ip saddr @pair accept"), ("nft",)),
     # The peer only on the rendezvous port: NCCL's own ports stay shut.
     "nft-peer-port": ("nft", _NFT.replace("PEER", "ip saddr @pair tcp dport 29551 accept"), ("nft",)),
+    "fleet-gateway": ("nft", _FLEET_GATEWAY, ("nft",)),
+    # The same on a node whose own filter lets the peer in on the rendezvous port only.
+    "fleet-gateway-peer-port": (
+        "nft",
+        _NFT.replace("PEER", "ip saddr @pair tcp dport 29551 accept") + _FLEET_GATEWAY,
+        ("nft",),
+    ),
     "iptables-open": ("iptables", _iptables(_OPEN), _NFT_AND_SAVE),
     "iptables-some-clients": ("iptables", _iptables(_SOME_CLIENTS), _NFT_AND_SAVE),
     "docker-open": (
