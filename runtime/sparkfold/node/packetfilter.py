@@ -31,7 +31,16 @@ from typing import Any
 
 from sparkfold.node.firewall import FirewallVerdict
 
-__all__ = ["Chain", "Need", "Rule", "judge", "needs_for", "parse_iptables_save", "parse_nft_json"]
+__all__ = [
+    "FLEET_GATEWAY_TABLE",
+    "Chain",
+    "Need",
+    "Rule",
+    "judge",
+    "needs_for",
+    "parse_iptables_save",
+    "parse_nft_json",
+]
 
 _NEW_CONNECTION = "new"
 # A fleet's pair head lets only the router host (and the sources it is given) reach its gateway

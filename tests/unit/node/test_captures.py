@@ -12,7 +12,14 @@ import pytest
 
 from sparkfold.node import ufw
 from sparkfold.node.firewall import FirewallVerdict
-from sparkfold.node.packetfilter import Need, judge, needs_for, parse_iptables_save, parse_nft_json
+from sparkfold.node.packetfilter import (
+    FLEET_GATEWAY_TABLE,
+    Need,
+    judge,
+    needs_for,
+    parse_iptables_save,
+    parse_nft_json,
+)
 
 CAPTURES = Path(__file__).parent / "captures"
 PEER = "203.0.113.2"
@@ -132,6 +139,11 @@ def test_the_fleets_gateway_filter_is_not_a_block_to_undo() -> None:
         True,
         f"nftables (inet sparkfold_gateway input policy accept) lets in what the pair needs{FLEET}",
     )
+
+
+def test_the_table_is_the_one_the_service_role_loads() -> None:
+    template = Path(__file__).parents[3] / "roles/sparkfold_service/templates/gateway-filter.nft.j2"
+    assert f"\ntable {FLEET_GATEWAY_TABLE} {{\n" in template.read_text()
 
 
 @pytest.mark.parametrize(
