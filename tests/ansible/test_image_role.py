@@ -313,6 +313,81 @@ def test_the_head_gets_git_for_a_git_source(
     assert apt == (["skipping: [h1]"] if installed else []), run.stdout
 
 
+def without_git(folder: Path, path: str) -> str:
+    """``path`` with git gone, as on a fresh head: each of its folders that holds ``git`` (or a
+    ``git-*`` helper) is replaced by a folder of links to everything else in it."""
+    kept = []
+    for index, entry in enumerate(path.split(os.pathsep)):
+        where = Path(entry)
+        if not (where / "git").exists():
+            kept.append(entry)
+            continue
+        farm = folder / f"path{index}"
+        farm.mkdir(parents=True)
+        for tool in where.iterdir():
+            if tool.name != "git" and not tool.name.startswith("git-"):
+                (farm / tool.name).symlink_to(tool)
+        kept.append(str(farm))
+    return os.pathsep.join(kept)
+
+
+def fresh_head(folder: Path, repo: Path, pair: Path) -> dict[str, str]:
+    """A minimal head (``minimal_node``) on which git is not installed either."""
+    node = minimal_node(folder, fake_tools(repo, pair / "docker")["PATH"])
+    return node | {"PATH": without_git(folder / "nogit", node["PATH"])}
+
+
+@pytest.mark.parametrize(
+    "pinned", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["unpinned", "pinned"]
+)
+def test_a_check_run_on_a_fresh_head_says_the_tag_and_series_come_at_the_real_run(
+    repo: Path,
+    pair: Path,
+    tmp_path: Path,
+    tensorfold: tuple[Path, str],
+    series: tuple[Path, str, str],
+    pinned: bool,
+) -> None:
+    """A head without git yet: a check run can neither resolve the tag (unpinned: to pin it; pinned:
+    to check it did not move) nor fetch an external series, since the real run installs git first.
+    It says so and goes on, recording nothing."""
+    settings = json.loads(series_ref(*series)) | ({} if pinned else {"sparkfold_image_tensorfold_commit": ""})
+    run = play(
+        repo, pair, "--check", "-e", json.dumps(settings), **fresh_head(tmp_path / "fresh", repo, pair)
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    said = " ".join(run.stdout.split())
+    assert "h1: would install with apt: python3-apt, git, ca-certificates" in said, run.stdout
+    apt = "once this run has installed git, ca-certificates with apt; a check run cannot"
+    assert f"h1: would resolve v0.6.0 of {tensorfold[0]} (git ls-remote) {apt}" in said, run.stdout
+    assert f"h1: would fetch and verify the series {series[0]}@{series[1]}:patches {apt}" in said, run.stdout
+    assert not (pair / "control/pins").exists() and label(pair) is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("fresh", "extra", "why"),
+    [
+        (True, {"sparkfold_image_head_packages": []}, "(git is not installed (not on PATH))"),
+        (False, {"sparkfold_image_tensorfold_ref": "v0.6.6"}, "(no such tag)"),
+    ],
+    ids=["no-git-and-none-to-install", "git-and-no-such-tag"],
+)
+def test_a_check_run_that_cannot_resolve_the_tag_still_stops(
+    repo: Path, pair: Path, tmp_path: Path, fresh: bool, extra: dict[str, object], why: str
+) -> None:
+    """Without git and nothing to install it (head_packages []), or with git and a tag that is not
+    there, a check run stops as a real run would: nothing would install what is missing."""
+    unpinned = {"sparkfold_image_tensorfold_commit": "", **extra}
+    env = fresh_head(tmp_path / "fresh", repo, pair) if fresh else {}
+    run = play(repo, pair, "--check", "-e", json.dumps(unpinned), **env)
+    assert run.returncode != 0
+    said = " ".join(run.stdout.split())
+    assert f"cannot resolve {unpinned.get('sparkfold_image_tensorfold_ref', 'v0.6.0')} of" in said, run.stdout
+    assert why in said, run.stdout
+    assert not list((pair / "control").glob("pins/*/tensorfold-*.commit"))
+
+
 BASE = "nvcr.io/nvidia/pytorch:26.07-py3"  # the role's default base, a tag
 
 
