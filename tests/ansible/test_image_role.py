@@ -350,10 +350,18 @@ def test_a_check_run_on_a_fresh_head_says_the_tag_and_series_come_at_the_real_ru
 ) -> None:
     """A head without git yet: a check run can neither resolve the tag (unpinned: to pin it; pinned:
     to check it did not move) nor fetch an external series, since the real run installs git first.
-    It says so and goes on, recording nothing."""
+    It says so and goes on, recording nothing. Under ``--tags image``: the included series tasks
+    carry the stage's tag too (tasks/main.yml)."""
     settings = json.loads(series_ref(*series)) | ({} if pinned else {"sparkfold_image_tensorfold_commit": ""})
     run = play(
-        repo, pair, "--check", "-e", json.dumps(settings), **fresh_head(tmp_path / "fresh", repo, pair)
+        repo,
+        pair,
+        "--check",
+        "--tags",
+        "image",
+        "-e",
+        json.dumps(settings),
+        **fresh_head(tmp_path / "fresh", repo, pair),
     )
     assert run.returncode == 0, run.stdout + run.stderr
     said = " ".join(run.stdout.split())
