@@ -215,11 +215,13 @@ def judge(tool: str, chains: Sequence[Chain], needs: Iterable[Need]) -> Firewall
     maybe: list[str] = []
     fixes: list[str] = []
     fleet = ""
+    # A need from any client (the gateway's) is not walked through the fleet's gateway filter.
+    without_fleet = [c for c in base if not _is_fleet_filter(c)]
     for need in needs:
         unsure: list[str] = []
         walked = base
-        if need.source is None and any(_is_fleet_filter(c) for c in base):
-            walked = [c for c in base if not _is_fleet_filter(c)]
+        if need.source is None and len(without_fleet) < len(base):
+            walked = without_fleet
             fleet = (
                 f"; who reaches {need.name} is {FLEET_GATEWAY_TABLE}'s to say (the fleet's gateway filter)"
             )
