@@ -82,6 +82,7 @@ class _Suite:
         self.client = client
         self.model = model or ""
         self.context = 0
+        self.serves_n = False
 
     def chat(self, **fields: Any) -> httpx.Response:
         body = {
@@ -119,6 +120,9 @@ class _Suite:
         if not self.model:
             self.model = str(ids[0])
         _require(self.model in ids, f"{self.model!r} is not among {ids}")
+        card = next(m for m in body["data"] if isinstance(m, dict) and m.get("id") == self.model)
+        capabilities = card.get("capabilities")
+        self.serves_n = isinstance(capabilities, dict) and capabilities.get("n") is True
         return f"serves {', '.join(map(str, ids))}"
 
     def chat_completion(self) -> str:
@@ -193,8 +197,15 @@ class _Suite:
         response = self.client.post("/v1/chat/completions", json={"model": self.model, "messages": "hello"})
         return _error_body(response, 400)["message"][:80]
 
-    def n_not_one(self) -> str:
-        return _error_body(self.chat(n=2), 400)["message"][:80]
+    def n_choices(self) -> str:
+        """``n = 2``: two choices where the model card declares ``capabilities.n``, else a 400."""
+        if not self.serves_n:
+            return _error_body(self.chat(n=2), 400)["message"][:80]
+        response = self.chat(n=2)
+        _require(response.status_code == 200, f"capabilities.n is declared, yet HTTP {response.status_code}")
+        indexes = sorted(c.get("index") for c in _json(response).get("choices", []))
+        _require(indexes == [0, 1], f"n = 2 gave choices with indexes {indexes} (want [0, 1])")
+        return "two choices (capabilities.n)"
 
     def unknown_path(self) -> str:
         _require(self.client.get("/v1/no-such-route").status_code == 404, "unknown path is not a 404")
@@ -299,7 +310,7 @@ class _Suite:
             self.context_length_exceeded,
             self.malformed_json,
             self.wrong_type,
-            self.n_not_one,
+            self.n_choices,
             self.unknown_path,
             self.still_serving,
             self.metrics,

@@ -20,7 +20,10 @@ CONTEXT = 64
 REPLY = ["Hel", "lo", "!"]
 
 
-def contract_double(broken: str = "") -> httpx.MockTransport:
+def contract_double(broken: str = "", declares_n: bool = False) -> httpx.MockTransport:
+    """``declares_n``: the model card declares ``capabilities.n`` (our engines); ``broken="n"`` then
+    answers one choice where two were asked for, and without it answers ``n = 2`` at all."""
+
     def error(status: int, message: str, code: str | None = None) -> httpx.Response:
         body = {"error": {"message": message, "type": "invalid_request_error", "code": code}}
         return httpx.Response(status, json=body)
@@ -43,8 +46,11 @@ def contract_double(broken: str = "") -> httpx.MockTransport:
             held["after_hold"] = bool(body.get("ignore_eos"))
         if not isinstance(body.get("messages"), list):
             return error(400, "messages: Input should be a valid list")
-        if body.get("n", 1) != 1 and broken != "n":
+        choices = body.get("n", 1)
+        if choices != 1 and not declares_n and broken != "n":
             return error(400, "n: only n = 1 is supported")
+        if broken == "n":
+            choices = 1
         budget = body.get("max_tokens", 16)
         if 3 + budget > CONTEXT and broken != "context":
             return error(
@@ -53,13 +59,13 @@ def contract_double(broken: str = "") -> httpx.MockTransport:
         pieces = REPLY[:budget]
         if not body.get("stream"):
             message = {"role": "assistant", "content": "".join(pieces)}
-            choice = {"index": 0, "message": message, "finish_reason": "stop"}
+            listed = [{"index": i, "message": message, "finish_reason": "stop"} for i in range(choices)]
             return httpx.Response(
                 200,
                 json={
                     "id": "x",
                     "object": "chat.completion",
-                    "choices": [choice],
+                    "choices": listed,
                     "usage": usage(len(pieces)),
                 },
             )
@@ -91,7 +97,10 @@ def contract_double(broken: str = "") -> httpx.MockTransport:
                 },
             )
         if path == "/v1/models":
-            return httpx.Response(200, json={"object": "list", "data": [{"id": "demo", "object": "model"}]})
+            card = {"id": "demo", "object": "model"}
+            if declares_n:
+                card["capabilities"] = {"backend": "double", "n": True}
+            return httpx.Response(200, json={"object": "list", "data": [card]})
         if path == "/metrics":
             return httpx.Response(200, text="# TYPE requests_total counter\nrequests_total 1\n")
         if path == "/v1/chat/completions":
@@ -109,31 +118,35 @@ def contract_double(broken: str = "") -> httpx.MockTransport:
     return httpx.MockTransport(handler)
 
 
-def verdicts(broken: str = "") -> dict[str, bool]:
-    return {r.name: r.passed for r in run("http://engine", transport=contract_double(broken))}
+def verdicts(broken: str = "", declares_n: bool = False) -> dict[str, bool]:
+    return {r.name: r.passed for r in run("http://engine", transport=contract_double(broken, declares_n))}
 
 
-def test_a_conforming_server_passes_every_required_check() -> None:
-    results = run("http://engine", transport=contract_double())
+@pytest.mark.parametrize("declares_n", [False, True], ids=["tensorfold", "capabilities.n"])
+def test_a_conforming_server_passes_every_required_check(declares_n: bool) -> None:
+    results = run("http://engine", transport=contract_double(declares_n=declares_n))
     assert all(r.passed for r in results if r.required), [r for r in results if not r.passed]
     # the double lacks the optional vLLM /tokenize and include_usage additions: reported, not required
     assert {r.name for r in results if not r.passed} == {"include_usage", "tokenize"}
 
 
 @pytest.mark.parametrize(
-    ("broken", "check"),
+    ("broken", "check", "declares_n"),
     [
-        ("n", "n_not_one"),
-        ("context", "context_length_exceeded"),
-        ("done", "chat_stream"),
-        ("usage_sum", "chat_completion"),
-        ("leaks_lanes", "cancellation"),
-        ("refuses_after_hangup", "capacity"),
+        ("n", "n_choices", False),
+        ("n", "n_choices", True),
+        ("context", "context_length_exceeded", False),
+        ("done", "chat_stream", False),
+        ("usage_sum", "chat_completion", False),
+        ("leaks_lanes", "cancellation", False),
+        ("refuses_after_hangup", "capacity", False),
     ],
 )
-def test_each_broken_clause_is_named(broken: str, check: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_each_broken_clause_is_named(
+    broken: str, check: str, declares_n: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr("sparkfold.conformance.SETTLE_S", 0.3)
-    result = verdicts(broken)
+    result = verdicts(broken, declares_n)
     assert result[check] is False
     assert sum(not ok for name, ok in result.items() if name not in ("include_usage", "tokenize")) >= 1
 
