@@ -438,7 +438,8 @@ class EngineSettings(_Section):
     core_process: bool = Field(
         False,
         description="run the engine (its model and engine thread) in a child process of its own, "
-        "the HTTP side in this one (transformers with tp = 1, or exllamav3)",
+        "the HTTP side in this one (transformers with tp = 1, or exllamav3); "
+        "unset: on for exllamav3 with tp = 1, off otherwise",
     )
     transformers: TransformersSettings = Field(default_factory=TransformersSettings)
     exllamav3: Exllamav3Settings = Field(default_factory=Exllamav3Settings)
@@ -451,6 +452,19 @@ class EngineSettings(_Section):
         """``stall_s`` left out: the engine kind's own default (:data:`STALL_S`)."""
         if isinstance(data, Mapping) and "stall_s" not in data:
             return {**data, "stall_s": STALL_S["tensorfold" if data.get("kind") == "tensorfold" else "ours"]}
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _core_process_by_kind(cls, data: Any) -> Any:
+        """``core_process`` left out: on for exllamav3 with one GPU, off otherwise.
+
+        On the H200 the engine core holds exllamav3's own loop's pace at 1 to 16 streams in runs
+        that agree (docs/benchmarks.md); exllamav3 with ``tp = 2`` has not run through it on GPUs,
+        and the transformers engine (CPU, development) stays in one process."""
+        if isinstance(data, Mapping) and "core_process" not in data:
+            one_gpu = data.get("kind") == "exllamav3" and data.get("tp", 1) == 1
+            return {**data, "core_process": one_gpu}
         return data
 
     @model_validator(mode="after")

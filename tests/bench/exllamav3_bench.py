@@ -22,7 +22,8 @@ tokens (``ignore_eos``), greedy, and both sides stop on the server's GLM stop to
 
 ``--servers`` measures each named engine server against the same direct loop, one after another
 (each with its own JSON, ``FILE`` with ``-NAME`` before the suffix when there are several):
-``plain`` is the server as the benchmark always started it (``OMP_NUM_THREADS=1``), ``omp`` the
+``plain`` is the server with the engine in the same process (``core_process = false``,
+``OMP_NUM_THREADS=1``), ``omp`` the
 same without that variable, ``core`` the server with ``[engine] core_process = true`` (the engine
 in a process of its own), ``core-omp`` that without ``OMP_NUM_THREADS=1``.
 
@@ -105,8 +106,8 @@ def _prefix_reuse(url: str) -> dict[str, float]:
 
 
 SERVERS: dict[str, tuple[dict[str, str | None], dict[str, bool]]] = {
-    "plain": ({}, {}),
-    "omp": ({"OMP_NUM_THREADS": None}, {}),
+    "plain": ({}, {"core_process": False}),
+    "omp": ({"OMP_NUM_THREADS": None}, {"core_process": False}),
     "core": ({}, {"core_process": True}),
     "core-omp": ({"OMP_NUM_THREADS": None}, {"core_process": True}),
 }

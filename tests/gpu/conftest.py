@@ -51,7 +51,8 @@ def results() -> Results:
 
 @pytest.fixture(scope="session")
 def engine(tmp_path_factory: pytest.TempPathFactory, exl3_model: Path) -> Iterator[str]:
-    """The plain engine (no drafts); KDA checkpoints every 2048 prompt tokens so prefixes resume."""
+    """The plain engine (no drafts) as configured by default, in an engine core; KDA checkpoints
+    every 2048 prompt tokens so prefixes resume."""
     url, proc = start_engine(
         tmp_path_factory.mktemp("exl3"), exl3_model, "plain", prefill_checkpoint_interval=2048
     )
@@ -68,9 +69,12 @@ def client(engine: str) -> Iterator[httpx.Client]:
 
 
 @pytest.fixture(scope="session")
-def core_client(tmp_path_factory: pytest.TempPathFactory, exl3_model: Path) -> Iterator[httpx.Client]:
-    """The plain engine in an engine core (``[engine] core_process = true``), started on first use."""
-    url, proc = start_engine(tmp_path_factory.mktemp("exl3-core"), exl3_model, "core", core_process=True)
+def in_process_client(tmp_path_factory: pytest.TempPathFactory, exl3_model: Path) -> Iterator[httpx.Client]:
+    """The plain engine in the server's own process (``[engine] core_process = false``), started
+    on first use."""
+    url, proc = start_engine(
+        tmp_path_factory.mktemp("exl3-in-process"), exl3_model, "in-process", core_process=False
+    )
     try:
         with httpx.Client(base_url=url, timeout=300) as http:
             yield http
@@ -78,8 +82,9 @@ def core_client(tmp_path_factory: pytest.TempPathFactory, exl3_model: Path) -> I
         proc.stop()
 
 
-@pytest.fixture(params=["in-process", "core"])
+@pytest.fixture(params=["core", "in-process"])
 def any_client(request: pytest.FixtureRequest) -> httpx.Client:
-    """The engine in this server's process, then in an engine core: the same test against both."""
-    name = "client" if request.param == "in-process" else "core_client"
+    """The engine in an engine core (the default), then in the server's process: the same test
+    against both."""
+    name = "client" if request.param == "core" else "in_process_client"
     return request.getfixturevalue(name)  # type: ignore[no-any-return]

@@ -37,12 +37,12 @@ def start_engine(
     *,
     served_name: str = "glm",
     parallel: int = 4,
-    core_process: bool = False,
+    core_process: bool | None = None,
     **exllamav3: Any,
 ) -> tuple[str, EngineProcess]:
     """``sparkfold engine`` on the GPU with these ``[engine.exllamav3]`` keys; its URL once healthy.
 
-    ``core_process``: the engine in an engine core (``[engine] core_process = true``)."""
+    ``core_process``: ``[engine] core_process``; None leaves it to the default (on for one GPU)."""
     port = free_port()
     tp = int(exllamav3.pop("tp", 1))
     config = write_config(
@@ -56,7 +56,7 @@ def start_engine(
         parallel=parallel,
         thinking=False,
         tp=tp,
-        core_process=core_process,
+        **({} if core_process is None else {"core_process": core_process}),
     )
     if exllamav3:
         lines = ["[engine.exllamav3]"] + [f"{key} = {json.dumps(value)}" for key, value in exllamav3.items()]

@@ -102,6 +102,23 @@ def test_gateway_lanes_and_queue_follow_the_engine_unless_given() -> None:
     assert (default.api.parallel, default.api.max_queued) == (4, 16)
 
 
+@pytest.mark.parametrize(
+    ("engine", "core"),
+    [
+        ({"kind": "exllamav3"}, True),
+        ({"kind": "exllamav3", "tp": 2}, False),
+        ({"kind": "exllamav3", "core_process": False}, False),
+        ({"kind": "transformers"}, False),
+        ({"kind": "transformers", "core_process": True}, True),
+        ({"kind": "tensorfold"}, False),
+    ],
+)
+def test_the_engine_core_is_on_by_default_for_exllamav3_on_one_gpu(
+    engine: dict[str, object], core: bool
+) -> None:
+    assert parse({"engine": {"model": "m", **engine}}).engine.core_process is core
+
+
 def test_one_stall_knob_for_every_engine_kind(tmp_path: Path) -> None:
     ours = parse({"engine": {"model": "m"}})
     tensorfold = parse({"engine": {"model": "m", "kind": "tensorfold"}})
