@@ -54,3 +54,80 @@ def test_unknown_include_value_is_400(gateway: Running) -> None:
 def test_unknown_previous_response_is_404(gateway: Running) -> None:
     with pytest.raises(openai.NotFoundError):
         client(gateway).responses.create(model="fake", input="x", previous_response_id="resp_nope")
+
+
+SHELL = [{"type": "function", "name": "shell", "parameters": {"type": "object", "properties": {}}}]
+PIXEL = "data:image/png;base64,iVBORw0KGgo="
+
+
+def test_function_call_output_parts_reach_the_model_as_text_and_pictures(
+    gateway: Running, fake: ScriptedEngine
+) -> None:
+    """The SDK types a function call's output as a string or input_text / input_image parts."""
+    client(gateway).responses.create(
+        model="fake",
+        input=[
+            {"type": "function_call", "call_id": "c1", "name": "shell", "arguments": "{}"},
+            {
+                "type": "function_call_output",
+                "call_id": "c1",
+                "output": [
+                    {"type": "input_text", "text": "a.txt"},
+                    {"type": "input_image", "image_url": PIXEL},
+                    {"type": "input_text", "text": "b.txt"},
+                ],
+            },
+        ],
+        tools=SHELL,  # type: ignore[arg-type]
+    )
+    sent = fake.requests[-1]["messages"]
+    assert sent[1] == {"role": "tool", "tool_call_id": "c1", "content": "a.txt\nb.txt"}
+    assert sent[2] == {"role": "user", "content": [{"type": "image_url", "image_url": {"url": PIXEL}}]}
+    with pytest.raises(openai.BadRequestError, match=r"input\[1\]\.output\[0\]"):
+        client(gateway).responses.create(
+            model="fake",
+            input=[
+                {"type": "function_call", "call_id": "c1", "name": "shell", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "c1", "output": [{"type": "input_file"}]},
+            ],
+        )
+
+
+def test_reasoning_items_sent_back_reach_the_model(gateway: Running, fake: ScriptedEngine) -> None:
+    """A stateless client (``store: false``, as Codex runs) sends the reply's items back as input."""
+    fake.queue(Script(reasoning=["plan"], content=["Listing."], tool_calls=[("shell", "{}")]))
+    api = client(gateway).responses
+    reply = api.create(model="fake", input="list files", tools=SHELL, store=False)  # type: ignore[arg-type]
+    assert [item.type for item in reply.output] == ["reasoning", "message", "function_call"]
+    echoed = [item.model_dump(exclude_none=True) for item in reply.output]
+    api.create(
+        model="fake",
+        input=[
+            {"role": "user", "content": "list files"},
+            *echoed,  # type: ignore[list-item]
+            {"type": "function_call_output", "call_id": reply.output[2].call_id, "output": "a.txt"},  # type: ignore[union-attr]
+        ],
+        tools=SHELL,  # type: ignore[arg-type]
+        store=False,
+    )
+    sent = fake.requests[-1]["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "tool"]
+    assert sent[1]["reasoning_content"] == "plan" and sent[1]["content"] == "Listing."
+    assert [call["function"]["name"] for call in sent[1]["tool_calls"]] == ["shell"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_stored_reply_keeps_its_reasoning(gateway: Running, fake: ScriptedEngine, stream: bool) -> None:
+    fake.queue(Script(reasoning=["think"], content=["Hi"]))
+    api = client(gateway).responses
+    if stream:
+        with api.stream(model="fake", input="hello") as events:
+            first_id = events.get_final_response().id
+    else:
+        first_id = api.create(model="fake", input="hello").id
+    api.create(model="fake", input="more", previous_response_id=first_id)
+    assert fake.requests[-1]["messages"][1] == {
+        "role": "assistant",
+        "content": "Hi",
+        "reasoning_content": "think",
+    }

@@ -65,7 +65,8 @@ class ResponsesServing:
                 status="incomplete" if finish == "length" else "completed",
                 finish_reason=finish,
             )
-            keep(response, {k: v for k, v in message.items() if k in ("role", "content", "tool_calls")})
+            kept = ("role", "content", "reasoning_content", "tool_calls")  # as the stream keeps them
+            keep(response, {k: v for k, v in message.items() if k in kept and v is not None})
             return response
         stream = await self.chat.open(prepared, call)
         if isinstance(stream, ApiError):

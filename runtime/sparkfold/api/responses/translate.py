@@ -42,49 +42,98 @@ def _content(content: Any, where: str) -> str | list[dict[str, Any]] | InvalidRe
     return parts
 
 
+def _reasoning_text(item: dict[str, Any]) -> str:
+    """The text of a ``reasoning`` input item: its ``reasoning_text`` parts, else its summary."""
+    for key, kind in (("content", "reasoning_text"), ("summary", "summary_text")):
+        parts = item.get(key)
+        texts = [
+            p["text"]
+            for p in parts or []
+            if isinstance(p, dict) and p.get("type") == kind and isinstance(p.get("text"), str)
+        ]
+        if texts:
+            return "".join(texts)
+    return ""
+
+
+def _call_output(output: Any, where: str) -> tuple[str, list[dict[str, Any]]] | InvalidRequest:
+    """A ``function_call_output``'s ``output`` (a string, or input_text / input_image parts): the
+    tool message's text and the pictures that ride with the next user message (as Anthropic's
+    tool results do)."""
+    if isinstance(output, str):
+        return output, []
+    parts = _content(output, where)
+    if isinstance(parts, InvalidRequest):
+        return parts
+    if isinstance(parts, str):
+        return parts, []
+    texts = [p["text"] for p in parts if p["type"] == "text"]
+    return "\n".join(texts), [p for p in parts if p["type"] != "text"]
+
+
 def to_chat_messages(request: ResponsesRequest) -> list[dict[str, Any]] | InvalidRequest:
+    """The input items as chat messages. A reply's items sent back (``reasoning``, ``message``,
+    ``function_call``: what a stateless client echoes) become one assistant turn, its reasoning as
+    ``reasoning_content``."""
     messages: list[dict[str, Any]] = []
     if request.instructions:
         messages.append({"role": "system", "content": request.instructions})
     if isinstance(request.input, str):
         return [*messages, {"role": "user", "content": request.input}]
+    reasoning = ""  # of the assistant turn that comes next
+    pictures: list[dict[str, Any]] = []  # from function outputs, sent after the tool messages
+
+    def assistant_turn() -> dict[str, Any]:
+        """The assistant turn the current item belongs to: the last message if it is one, else new."""
+        nonlocal reasoning
+        if not messages or messages[-1]["role"] != "assistant" or reasoning:
+            messages.append({"role": "assistant", "content": ""})
+        if reasoning:
+            messages[-1]["reasoning_content"] = reasoning
+            reasoning = ""
+        return messages[-1]
+
     for i, item in enumerate(request.input):
         where = f"input[{i}]"
         kind = item.get("type", "message")
+        if pictures and kind != "function_call_output":
+            messages.append({"role": "user", "content": pictures})
+            pictures = []
         if kind == "message" and item.get("role") in ("user", "system", "developer", "assistant"):
             content = _content(item.get("content", ""), f"{where}.content")
             if isinstance(content, InvalidRequest):
                 return content
-            if item["role"] == "assistant" and isinstance(content, list):
-                content = "".join(p.get("text", "") for p in content)
-            messages.append({"role": item["role"], "content": content})
+            if item["role"] == "assistant":
+                turn = assistant_turn()
+                text = content if isinstance(content, str) else "".join(p.get("text", "") for p in content)
+                turn["content"] += text
+            else:
+                reasoning = ""
+                messages.append({"role": item["role"], "content": content})
         elif kind == "function_call" and isinstance(item.get("name"), str):
             call = {
                 "id": str(item.get("call_id") or item.get("id") or new_id("call")),
                 "type": "function",
                 "function": {"name": item["name"], "arguments": str(item.get("arguments") or "{}")},
             }
-            if messages and messages[-1]["role"] == "assistant" and "tool_calls" in messages[-1]:
-                messages[-1]["tool_calls"].append(call)
-            else:
-                messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+            assistant_turn().setdefault("tool_calls", []).append(call)
         elif kind == "function_call_output" and isinstance(item.get("call_id"), str):
-            output = item.get("output", "")
-            messages.append(
-                {
-                    "role": "tool",
-                    "tool_call_id": item["call_id"],
-                    "content": output if isinstance(output, str) else str(output),
-                }
-            )
+            output = _call_output(item.get("output", ""), f"{where}.output")
+            if isinstance(output, InvalidRequest):
+                return output
+            text, carried = output
+            messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": text})
+            pictures += carried
         elif kind == "reasoning":
-            continue  # earlier reasoning: the engine keeps its own
+            reasoning += _reasoning_text(item)
         else:
             return InvalidRequest(
                 f"{where}: unsupported input item (type {kind!r}); use message, function_call, "
                 "function_call_output or reasoning",
                 param=where,
             )
+    if pictures:
+        messages.append({"role": "user", "content": pictures})
     return messages
 
 
