@@ -45,6 +45,7 @@ __all__ = [
     "ErrorInfo",
     "ErrorResponse",
     "FunctionCall",
+    "FunctionTools",
     "ModelCard",
     "ModelList",
     "ModelName",
@@ -85,6 +86,27 @@ MAX_TOP_LOGPROBS = 20
 Seed = Annotated[int, Field(ge=SEED_MIN, le=SEED_MAX, description="64-bit signed integer")]
 Stop = str | Annotated[list[str], Field(max_length=MAX_STOP)]
 Tools = Annotated[list[dict[str, Any]], Field(max_length=MAX_TOOLS)]
+
+
+def _function_tool(tool: dict[str, Any]) -> dict[str, Any]:
+    """A chat tool is a named function; any other kind (OpenAI's ``custom`` tools, …) is refused,
+    never dropped: a model served through its own chat template would be shown nothing."""
+    kind = tool.get("type", "function")
+    if kind != "function":
+        raise ValueError(
+            'only function tools are supported ({"type": "function", "function": {"name": ...}}), '
+            f"not type {kind!r}"
+        )
+    function = tool.get("function")
+    if not isinstance(function, dict) or not isinstance(function.get("name"), str) or not function["name"]:
+        raise ValueError("a function tool needs function.name (a non-empty string)")
+    return tool
+
+
+FunctionTools = Annotated[
+    list[Annotated[dict[str, Any], AfterValidator(_function_tool)]], Field(max_length=MAX_TOOLS)
+]
+"""The ``tools`` of a chat request (and of ``/tokenize``): named functions."""
 ModelName = Annotated[str, Field(min_length=1)]
 Content = str | Annotated[list[dict[str, Any]], Field(max_length=MAX_CONTENT_PARTS)]
 
@@ -207,7 +229,7 @@ class ChatCompletionRequest(_Request):
     stream_options: dict[str, Any] | None = None
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
-    tools: Tools | None = None
+    tools: FunctionTools | None = None
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool | None = None
     user: str | None = None
@@ -433,7 +455,7 @@ class TokenizeRequest(_Request):
     model: ModelName | None = None
     prompt: str | None = None
     messages: list[ChatMessage] | None = Field(None, min_length=1, max_length=MAX_MESSAGES)
-    tools: Tools | None = Field(None, description="with messages: the tools the prompt offers")
+    tools: FunctionTools | None = Field(None, description="with messages: the tools the prompt offers")
     add_special_tokens: bool = Field(True, description="for a prompt: let the tokenizer add BOS and friends")
     add_generation_prompt: bool = True
     return_token_strs: bool = Field(True, description="add each token's string")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import httpx
 import openai
@@ -75,6 +76,28 @@ def test_offered_tool_call_is_typed_by_its_schema(gateway: Running, fake: Script
     assert call.function.name == "weather"  # type: ignore[union-attr]
     assert json.loads(call.function.arguments) == {"city": "Oslo", "days": 3, "metric": True}  # type: ignore[union-attr]
     assert reply.choices[0].finish_reason == "tool_calls"
+
+
+@pytest.mark.parametrize(
+    ("tool", "says"),
+    [
+        ({"type": "custom", "custom": {"name": "shell"}}, "not type 'custom'"),  # openai's custom tools
+        ({"type": "function", "function": {"parameters": {}}}, "function.name"),
+    ],
+)
+def test_a_tool_that_is_not_a_named_function_is_refused(
+    gateway: Running, fake: ScriptedEngine, tool: dict[str, Any], says: str
+) -> None:
+    """Not dropped: a model served through its chat template was shown no tool at all."""
+    with pytest.raises(openai.BadRequestError) as caught:
+        client(gateway).chat.completions.create(
+            model="fake",
+            messages=[{"role": "user", "content": "x"}],
+            tools=[WEATHER, tool],  # type: ignore[list-item]
+        )
+    assert caught.value.body["param"] == "tools.1"  # type: ignore[index]
+    assert says in caught.value.body["message"]  # type: ignore[index]
+    assert fake.requests == []
 
 
 @pytest.mark.parametrize("stream", [False, True])
