@@ -99,6 +99,7 @@ def build_wheelhouse(
     node_python: str | dict[str, str],
     engine: str,
     tasks_file: str = "wheelhouse.yml",
+    build_requires: tuple[str, ...] = ("setuptools>=69",),
 ) -> subprocess.CompletedProcess[str]:
     """Run ``tasks_file`` of the runtime role (tests/ansible/wheelhouse.yml) for the fake sparkfold
     project; ``node_python`` per host (``{"h1": ..., "h2": ...}`` makes ``h2`` the worker)."""
@@ -107,6 +108,7 @@ def build_wheelhouse(
         "sparkfold",
         ["fakecore>=1"],
         {"cpu": ["faketorch>=1"], "exllamav3": ["fakesdist>=1"]},
+        build_requires,
     )
     pythons = node_python if isinstance(node_python, dict) else {"h1": node_python}
     hosts = write_inventory(
@@ -277,6 +279,28 @@ def test_nodes_of_the_control_hosts_platform_get_its_pip_wheel(
     assert "fakesdist-1.0-py3-none-any.whl" in files  # built from the sdist: only `pip wheel` does that
     assert f"fakecore-1.5-{HERE}-{HERE}-manylinux_2_18_{ARCH}.whl" in files  # the newest it takes
     assert ".complete" in files and not any(FOREIGN in f for f in files)
+
+
+def test_a_control_host_python_without_the_build_requirements_stops_naming_them(
+    repo: Path, tmp_path: Path, index: Path
+) -> None:
+    # As a fresh venv with only ansible-core in it: the wheel is built without build isolation, and
+    # setuptools (or, here, another build requirement) is missing or older than pyproject.toml asks.
+    missing = ("setuptools>=61", "sparkfold-build-helper>=1")
+    result = build_wheelhouse(repo, tmp_path, index, sys.executable, "tensorfold", build_requires=missing)
+    assert result.returncode != 0, result.stdout
+    said = " ".join(result.stdout.split())
+    assert "the Python that runs ansible-playbook (" in said
+    assert ") could not build the sparkfold wheel from" in said
+    assert "are missing: 'sparkfold-build-helper>=1'" in said  # pip's own words
+    assert "-m pip install 'setuptools>=61' 'sparkfold-build-helper>=1', or run ansible-playbook" in said
+    assert not list((tmp_path / "control/wheelhouse").rglob("*.whl"))  # stopped before fetching anything
+
+
+def test_the_checkouts_build_requirements_hold_its_license_field(repo: Path) -> None:
+    # `license = "<SPDX expression>"` (PEP 639) needs setuptools 77; an older one fails the build.
+    text = (repo / "pyproject.toml").read_text()
+    assert 'license = "' in text and '"setuptools>=77"' in text
 
 
 def test_nodes_of_two_platforms_stop_naming_both(repo: Path, tmp_path: Path, index: Path) -> None:

@@ -95,14 +95,21 @@ def add_sdist(folder: Path, name: str, version: str) -> Path:
     return path
 
 
-def write_project(folder: Path, name: str, requires: Iterable[str], extras: dict[str, list[str]]) -> Path:
-    """A setuptools project ``name`` 0.1 (one empty module) with these requirements and extras."""
+def write_project(
+    folder: Path,
+    name: str,
+    requires: Iterable[str],
+    extras: dict[str, list[str]],
+    build_requires: Iterable[str] = ("setuptools>=69",),
+) -> Path:
+    """A setuptools project ``name`` 0.1 (one empty module) with these requirements, extras and build
+    requirements (``[build-system] requires``)."""
     folder.mkdir(parents=True, exist_ok=True)
     extra_lines = "".join(f"{extra} = {list(reqs)!r}\n" for extra, reqs in extras.items())
     (folder / "pyproject.toml").write_text(
         textwrap.dedent(f"""\
             [build-system]
-            requires = ["setuptools>=69"]
+            requires = {list(build_requires)!r}
             build-backend = "setuptools.build_meta"
             [project]
             name = "{name}"
