@@ -134,6 +134,25 @@ def test_refused_fields_and_blocks(gateway: Running) -> None:
         )
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_prefilled_reply_is_refused_not_answered_afresh(
+    gateway: Running, fake: ScriptedEngine, stream: bool
+) -> None:
+    """Anthropic continues a final assistant turn (a prefill, e.g. "{" to start JSON); the engines
+    answer a new turn instead, so the reply would not continue it: a 400 that says so."""
+    messages = [{"role": "user", "content": "JSON please"}, {"role": "assistant", "content": "{"}]
+    ask = client(gateway).messages
+    with pytest.raises(anthropic.BadRequestError, match="prefill"):
+        if stream:
+            with ask.stream(model="fake", max_tokens=5, messages=messages) as events:  # type: ignore[arg-type]
+                events.get_final_message()
+        else:
+            ask.create(model="fake", max_tokens=5, messages=messages)  # type: ignore[arg-type]
+    assert fake.requests == []
+    counted = ask.count_tokens(model="fake", messages=messages)  # type: ignore[arg-type]
+    assert counted.input_tokens > 0  # a prompt with a final assistant turn still counts
+
+
 def test_garbage_from_the_engine_is_an_error_event_not_a_crash() -> None:
     import asyncio
 

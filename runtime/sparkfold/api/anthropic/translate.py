@@ -214,6 +214,14 @@ def to_chat(request: MessagesRequest) -> ChatCompletionRequest | InvalidRequest:
     if isinstance(prompt, InvalidRequest):
         return prompt
     messages, tools = prompt
+    if request.messages[-1].role == "assistant":
+        last = f"messages[{len(request.messages) - 1}]"
+        return InvalidRequest(
+            f"{last}: a final assistant turn (a prefill) is not supported: the engine answers a new "
+            "turn instead of continuing it; end with a user turn (ask for the start in the prompt, "
+            "or use output_config.format for JSON)",
+            param=last,
+        )
     choice = _tool_choice(request.tool_choice)
     if isinstance(choice, InvalidRequest):
         return choice
