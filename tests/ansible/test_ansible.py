@@ -87,6 +87,68 @@ def test_role_skeleton(repo: Path, role: str) -> None:
         assert {"role": "sparkfold"} in meta["dependencies"]
 
 
+# Knobs a single pair's inventory does not list: group names (hosts.yml uses the defaults), the fleet's
+# (inventory/fleet-example), the testbed's (docs/provisioning.md: leave them on a real pair), the
+# control host's own, and the CPU engine's torch pin.
+_NOT_IN_THE_EXAMPLE = {
+    "sparkfold_head_group",
+    "sparkfold_worker_group",
+    "sparkfold_router_group",
+    "sparkfold_pair_name",
+    "sparkfold_pair_draining",
+    "sparkfold_pair_direct_keys",
+    "sparkfold_pair_gateway_allow",
+    "sparkfold_router_key",
+    "sparkfold_service_firewall_packages",
+    "sparkfold_fabric_written_facts",
+    "sparkfold_preflight_testbed_arch",
+    "sparkfold_image_source",
+    "sparkfold_image_context_dir",
+    "sparkfold_control_dir",
+    "sparkfold_runtime_source_dir",
+    "sparkfold_runtime_wheelhouse_dir",
+    "sparkfold_preflight_ansible_min",
+    "sparkfold_preflight_ansible_max",
+    "sparkfold_runtime_torch_requirement",
+}
+
+
+def test_the_example_inventory_lists_every_knob_of_a_pair(repo: Path) -> None:
+    """Every default of the roles a pair runs is set, or listed commented at its default, in
+    inventory/example (docs/install.md: "every knob is there at its default with its meaning")."""
+    listed = {
+        m.group(1)
+        for path in (repo / "inventory/example").rglob("*.yml")
+        for line in path.read_text().splitlines()
+        if (m := re.match(r"^\s*#?\s*(sparkfold_[a-z0-9_]+):", line))
+    }
+    knobs = {
+        name
+        for role in ROLES
+        if role not in ("sparkfold_router", "sparkfold_testbed", "sparkfold_uninstall")
+        for name in yaml.safe_load((repo / "roles" / role / "defaults/main.yml").read_text()) or {}
+    }
+    assert not _NOT_IN_THE_EXAMPLE - knobs, "an exception names no knob any more"
+    assert sorted(knobs - _NOT_IN_THE_EXAMPLE - listed) == []
+
+
+def test_every_apt_task_waits_for_the_package_database_minutes_not_apts_60_s(repo: Path) -> None:
+    """A freshly booted DGX OS runs apt-daily and unattended-upgrades, which hold apt's lock for
+    minutes; the apt module gives up after 60 s by default. Every role installs through
+    roles/sparkfold/tasks/apt.yml (the testbed's own host-side tasks aside)."""
+    users = [
+        path.relative_to(repo)
+        for path in (repo / "roles").rglob("*.yml")
+        if "ansible.builtin.apt:" in path.read_text() and "sparkfold_testbed" not in path.parts
+    ]
+    assert users == [Path("roles/sparkfold/tasks/apt.yml")]
+    tasks = yaml.safe_load((repo / "roles/sparkfold/tasks/apt.yml").read_text())
+    [apt] = [task["ansible.builtin.apt"] for task in tasks if "ansible.builtin.apt" in task]
+    assert apt["lock_timeout"] == "{{ sparkfold_apt_lock_timeout_s }}"
+    defaults = yaml.safe_load((repo / "roles/sparkfold/defaults/main.yml").read_text())
+    assert defaults["sparkfold_apt_lock_timeout_s"] >= 600
+
+
 def test_restarts_are_owed_to_the_end_and_go_worker_first(repo: Path) -> None:
     handlers = yaml.safe_load((repo / "roles/sparkfold/handlers/main.yml").read_text())
     # A stage's handlers only mark what it changed; no handler restarts an engine or the gateway.
