@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import typing
+
 import openai
 import pytest
+from openai.types.responses import Response, ResponseStreamEvent
+from pydantic import BaseModel
 from tests.fakes.harness import Running
 from tests.fakes.scripted_engine import Script, ScriptedEngine
 
@@ -131,3 +136,34 @@ def test_a_stored_reply_keeps_its_reasoning(gateway: Running, fake: ScriptedEngi
         "content": "Hi",
         "reasoning_content": "think",
     }
+
+
+def _event_types() -> dict[str, type[BaseModel]]:
+    """The openai SDK's model of each Responses stream event, by its ``type``."""
+    members = typing.get_args(typing.get_args(ResponseStreamEvent)[0])
+    return {typing.get_args(cls.model_fields["type"].annotation)[0]: cls for cls in members}
+
+
+@pytest.mark.parametrize("script", ["reply", "failure"])
+def test_every_event_and_reply_has_the_fields_the_sdk_requires(
+    gateway: Running, fake: ScriptedEngine, script: str
+) -> None:
+    """Strictly typed clients (a Rust or TypeScript schema) need every required field; the Python
+    SDK builds its objects without checking them, so a missing one is only found by reading it
+    (``event.name`` of ``function_call_arguments.done`` was None)."""
+    fake.queue(
+        Script(reasoning=["r"], content=["Hi"], tool_calls=[("shell", "{}")])
+        if script == "reply"
+        else Script(content=["a", "b"], error_after=1)
+    )
+    models, seen = _event_types(), []
+    body = {"model": "fake", "input": "x", "stream": True, "tools": SHELL}
+    with gateway.http.stream("POST", "/v1/responses", json=body) as reply:
+        for line in reply.iter_lines():
+            if line.startswith("data: "):
+                event = json.loads(line.removeprefix("data: "))
+                models[event["type"]].model_validate(event)  # raises naming a missing field
+                seen.append(event["type"])
+    assert seen[-1] == ("response.completed" if script == "reply" else "response.failed")
+    fake.queue(Script(reasoning=["r"], content=["Hi"], tool_calls=[("shell", "{}")]))
+    Response.model_validate(gateway.http.post("/v1/responses", json={**body, "stream": False}).json())

@@ -85,7 +85,8 @@ async def responses_sse(
         elif item.kind == "function_call":
             base = {"item_id": item.item["id"], "output_index": item.index}
             arguments = item.text or "{}"
-            out.append(emit("response.function_call_arguments.done", {**base, "arguments": arguments}))
+            done = {**base, "name": item.item["name"], "arguments": arguments}
+            out.append(emit("response.function_call_arguments.done", done))
             item.item = {**item.item, "arguments": arguments, "status": "completed"}
             reply.setdefault("tool_calls", []).append(
                 {
@@ -97,7 +98,7 @@ async def responses_sse(
         elif item.kind == "message":
             part = {"type": "output_text", "text": item.text, "annotations": []}
             base = {"item_id": item.item["id"], "output_index": item.index, "content_index": 0}
-            out.append(emit("response.output_text.done", {**base, "text": item.text}))
+            out.append(emit("response.output_text.done", {**base, "text": item.text, "logprobs": []}))
             out.append(emit("response.content_part.done", {**base, "part": part}))
             item.item = message_item(item.item["id"], item.text)
         output.append(item.item)
@@ -126,7 +127,8 @@ async def responses_sse(
         assert current is not None
         current.text += text
         where = {"item_id": current.item["id"], "output_index": current.index, "content_index": 0}
-        out.append(emit(DELTA_EVENTS[kind], {**where, "delta": text}))
+        logprobs: dict[str, Any] = {"logprobs": []} if kind == "message" else {}  # output_text needs it
+        out.append(emit(DELTA_EVENTS[kind], {**where, "delta": text, **logprobs}))
         return out
 
     async for event in each_event(batches):

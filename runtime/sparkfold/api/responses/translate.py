@@ -233,7 +233,8 @@ def response_object(
         "usage": {
             "input_tokens": int(usage.get("prompt_tokens") or 0),
             "input_tokens_details": {
-                "cached_tokens": int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+                "cached_tokens": int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0),
+                "cache_write_tokens": 0,  # required by the SDK's types; no prompt is cached on request
             },
             "output_tokens": int(usage.get("completion_tokens") or 0),
             "output_tokens_details": {
