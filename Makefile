@@ -25,9 +25,9 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 lint: venv
-	$(VENV)/bin/ruff check runtime tests
-	$(VENV)/bin/ruff format --check runtime tests
-	$(VENV)/bin/mypy runtime
+	$(VENV)/bin/ruff check runtime tests roles
+	$(VENV)/bin/ruff format --check runtime tests roles
+	$(VENV)/bin/mypy runtime roles/sparkfold_runtime/files/platform_probe.py
 
 # Each pytest runs under .ci/phase: timed, and its exit 5 (nothing collected) counts as passed.
 PYTEST := $(VENV)/bin/pytest

@@ -1,7 +1,8 @@
 """Print, as one JSON line, what a binary wheel must be built for to install under this Python.
 
     {"platform": "linux-aarch64", "python": "3.12", "abi": "cp312",
-     "tags": ["manylinux_2_39_aarch64", ..., "manylinux_2_17_aarch64", "manylinux2014_aarch64", "linux_aarch64"]}
+     "tags": ["manylinux_2_39_aarch64", ..., "manylinux_2_17_aarch64", "manylinux2014_aarch64",
+              "linux_aarch64"]}
 
 The runtime role runs it with the control host's Python and with each node's python3, and builds the
 node wheelhouse for the nodes' ``tags`` when the two differ (``pip download --platform``).
@@ -36,9 +37,9 @@ def manylinux_tags(arch: str, glibc: str) -> list[str]:
         return ["linux_" + arch]
     tags = []
     for y in range(minor, OLDEST_GLIBC_MINOR.get(arch, OLDEST_GLIBC_MINOR_ELSEWHERE) - 1, -1):
-        tags.append("manylinux_2_%d_%s" % (y, arch))
+        tags.append(f"manylinux_2_{y}_{arch}")
         if y in LEGACY_NAMES:
-            tags.append("%s_%s" % (LEGACY_NAMES[y], arch))
+            tags.append(f"{LEGACY_NAMES[y]}_{arch}")
     return [*tags, "linux_" + arch]
 
 
@@ -60,12 +61,12 @@ def describe() -> dict[str, object]:
     arch = platform.split("-", 1)[-1].replace("-", "_").replace(".", "_")
     if arch == "x86_64" and sys.maxsize <= 2**32:
         arch = "i686"
-    abi = "cp%d%d" % sys.version_info[:2]
+    abi = "cp{}{}".format(*sys.version_info[:2])
     if sysconfig.get_config_var("Py_GIL_DISABLED"):
         abi += "t"
     return {
         "platform": platform,
-        "python": "%d.%d" % sys.version_info[:2],
+        "python": "{}.{}".format(*sys.version_info[:2]),
         "abi": abi,
         "tags": manylinux_tags(arch, glibc) if glibc else [],
     }
