@@ -299,6 +299,11 @@ class Engine:
         status, body = await self._call(b"GET", path, None, timeout_s)
         return _decode(status, body)
 
+    async def get_reply(self, path: str, model: type[W], *, timeout_s: float | None = None) -> W:
+        """``GET path`` typed as ``model``, as :meth:`post_reply` types a POST's answer."""
+        status, content = await self._call(b"GET", path, None, timeout_s)
+        return _typed(path, status, content, model)
+
     async def get_text(self, path: str, *, timeout_s: float | None = None) -> str:
         status, body = await self._call(b"GET", path, None, timeout_s)
         if status != 200:
@@ -322,14 +327,7 @@ class Engine:
         """``POST path`` and its answer typed as ``model`` (a ``protocol.py`` model); an answer
         that does not follow the engine protocol is an UpstreamError (502) naming the field."""
         status, content = await self._call(b"POST", path, _json(body), timeout_s)
-        if status != 200:
-            raise _status_error(status, content)
-        try:
-            return read_reply(model, content)
-        except ProtocolError as exc:
-            raise UpstreamError(
-                f"the engine's answer to {path} does not follow the engine protocol: {exc}"
-            ) from None
+        return _typed(path, status, content, model)
 
     async def open_stream(self, path: str, body: dict[str, Any]) -> EngineStream:
         content = _json(body)
@@ -472,6 +470,19 @@ def _decode(status: int, content: bytes) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise UpstreamError("the engine answered with JSON that is not an object")
     return body
+
+
+def _typed(path: str, status: int, content: bytes, model: type[W]) -> W:
+    """An answer typed as ``model``; one that does not follow the engine protocol is an
+    UpstreamError (502) naming the field."""
+    if status != 200:
+        raise _status_error(status, content)
+    try:
+        return read_reply(model, content)
+    except ProtocolError as exc:
+        raise UpstreamError(
+            f"the engine's answer to {path} does not follow the engine protocol: {exc}"
+        ) from None
 
 
 def _status_error(status: int, content: bytes) -> ApiError:

@@ -8,6 +8,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from openai.types import Model
 from tests.fakes.harness import Running, settings_for
 from tests.fakes.scripted_engine import Script, ScriptedEngine, ServerThread, free_port
 
@@ -219,3 +220,13 @@ def test_a_gateway_bug_is_a_json_500_with_the_request_id(
     assert response.status_code == 500
     assert response.headers["x-request-id"] in response.json()["error"]["message"]
     assert gateway.http.get("/health").status_code == 200  # still serving
+
+
+def test_model_list_and_card_have_the_fields_the_sdk_requires(gateway: Running) -> None:
+    """TensorFold's cards (and the scripted engine's) carry no ``created``; OpenAI's ``Model``
+    requires it, and strictly typed clients refuse a list without it."""
+    listed = gateway.http.get("/v1/models").json()
+    for card in listed["data"]:
+        Model.model_validate(card)
+    Model.model_validate(gateway.http.get("/v1/models/fake").json())
+    assert [model.id for model in client(gateway).models.list()] == ["fake"]

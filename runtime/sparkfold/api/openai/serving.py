@@ -25,6 +25,7 @@ from sparkfold.api.openai.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
     DetokenizeRequest,
+    ModelList,
     TokenizeRequest,
 )
 from sparkfold.api.reasoning import reasoning_controls
@@ -313,10 +314,12 @@ class UtilityServing:
         self.limits = limits
 
     async def models(self) -> dict[str, Any] | ApiError:
+        """The engine's model list, typed: a card without ``created`` (TensorFold's) gets one."""
         try:
-            return await self.engine.get_json("/v1/models")
+            listed = await self.engine.get_reply("/v1/models", ModelList)
         except ApiError as error:
             return error
+        return listed.model_dump(mode="json", exclude_none=True)
 
     async def model(self, model_id: str) -> dict[str, Any] | ApiError:
         """One model card of the engine's ``/v1/models``, or 404."""
