@@ -152,3 +152,20 @@ def test_a_pin_the_hub_does_not_have_stops_in_words(repo: Path, head: Path) -> N
     assert failed.returncode != 0
     assert f"fetching {MODEL}@{wrong}" in failed.stdout
     assert "check the pinned commit" in failed.stdout
+
+
+def test_the_heads_copy_key_gets_its_folder_where_root_has_no_ssh_folder(repo: Path, tmp_path: Path) -> None:
+    """A node's root need not have ~/.ssh (the testbed's systemd 252 makes one at boot; a Spark whose
+    root never logged in may have none), and openssh_keypair does not make its folder."""
+    home = tmp_path / "root-home"
+    home.mkdir()
+    hosts = write_inventory(
+        tmp_path,
+        sparkfold_state_dir=str(tmp_path / "state"),
+        sparkfold_weights_ssh_key=str(home / ".ssh/sparkfold_weights"),
+    )
+    role = ["-e", "role=sparkfold_weights", "-e", "tasks_file=worker.yml"]
+    result = ansible(repo, "ansible-playbook", "-i", str(hosts), "tests/ansible/role_tasks.yml", *role)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert stat.S_IMODE((home / ".ssh").stat().st_mode) == 0o700
+    assert (home / ".ssh/sparkfold_weights").is_file() and (home / ".ssh/sparkfold_weights.pub").is_file()
