@@ -231,6 +231,29 @@ def test_structured_output_is_strict_json(served: Served) -> None:
         _forecast(reply.choices[0].message.content or "")
 
 
+class Sky(BaseModel):
+    """Only bounded fields the anthropic SDK keeps: its ``output_format`` drops ``maxLength`` and
+    ``maximum`` from the schema it sends (into the description), so they could not bound a reply."""
+
+    unit: Literal["C", "F"]
+    sunny: bool
+
+
+def test_anthropic_structured_output(served: Served) -> None:
+    """``messages.parse(output_format=...)`` sends ``output_config.format``; the grammar forces it."""
+    message = served.claude().messages.parse(
+        model=served.name,
+        max_tokens=BUDGET,
+        messages=ASK,  # type: ignore[arg-type]
+        output_format=Sky,
+        extra_body=GREEDY,
+    )
+    assert message.stop_reason == "end_turn"
+    assert isinstance(message.parsed_output, Sky)
+    text = "".join(block.text for block in message.content if block.type == "text")
+    Sky.model_validate(json.loads(text, strict=True))
+
+
 def test_content_as_text_parts(served: Served) -> None:
     parts = [{"type": "text", "text": "Say hello"}, {"type": "text", "text": " to Paris."}]
     reply = served.oai().chat.completions.create(

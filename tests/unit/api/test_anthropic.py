@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import anthropic
 import pytest
+from pydantic import BaseModel
 from tests.fakes.harness import Running
 from tests.fakes.scripted_engine import Script, ScriptedEngine
 
@@ -151,6 +152,32 @@ def test_a_prefilled_reply_is_refused_not_answered_afresh(
     assert fake.requests == []
     counted = ask.count_tokens(model="fake", messages=messages)  # type: ignore[arg-type]
     assert counted.input_tokens > 0  # a prompt with a final assistant turn still counts
+
+
+class City(BaseModel):
+    city: str
+
+
+def test_structured_output_reaches_the_engine_in_openai_s_shape(
+    gateway: Running, fake: ScriptedEngine
+) -> None:
+    """Anthropic's ``output_config.format`` is ``{type: json_schema, schema}``; the engines read
+    OpenAI's ``response_format`` (``json_schema: {name, schema}``) and refused the other with a 400."""
+    fake.queue(Script(content=['{"city": "Oslo"}']))
+    reply = client(gateway).messages.parse(
+        model="fake", max_tokens=50, messages=[{"role": "user", "content": "where?"}], output_format=City
+    )
+    assert reply.parsed_output == City(city="Oslo")
+    sent = fake.requests[-1]["response_format"]
+    assert sent["type"] == "json_schema" and set(sent) == {"type", "json_schema"}
+    assert sent["json_schema"]["schema"]["properties"] == {"city": {"type": "string", "title": "City"}}
+    with pytest.raises(anthropic.BadRequestError, match=r"output_config\.format"):
+        client(gateway).messages.create(
+            model="fake",
+            max_tokens=50,
+            messages=[{"role": "user", "content": "where?"}],
+            output_config={"format": {"type": "yaml"}},  # type: ignore[typeddict-item]
+        )
 
 
 def test_garbage_from_the_engine_is_an_error_event_not_a_crash() -> None:

@@ -206,6 +206,21 @@ def _tool_choice(choice: dict[str, Any] | None) -> tuple[Any, bool | None] | Inv
     )
 
 
+def _response_format(fmt: Any) -> dict[str, Any] | InvalidRequest:
+    """Anthropic's ``output_config.format`` (``{type: json_schema, schema}``) as OpenAI's
+    ``response_format`` (``{type: json_schema, json_schema: {name, schema}}``), which the engines read."""
+    if (
+        not isinstance(fmt, dict)
+        or fmt.get("type") != "json_schema"
+        or not isinstance(fmt.get("schema"), dict)
+    ):
+        return InvalidRequest(
+            'output_config.format must be {"type": "json_schema", "schema": {...}}',
+            param="output_config.format",
+        )
+    return {"type": "json_schema", "json_schema": {"name": "output", "schema": fmt["schema"]}}
+
+
 def to_chat(request: MessagesRequest) -> ChatCompletionRequest | InvalidRequest:
     for name in _REFUSED:
         if getattr(request, name) is not None:
@@ -250,8 +265,11 @@ def to_chat(request: MessagesRequest) -> ChatCompletionRequest | InvalidRequest:
     config = request.output_config or {}
     if config.get("effort") is not None:
         fields["reasoning_effort"] = config["effort"]
-    if isinstance(config.get("format"), dict):
-        fields["response_format"] = config["format"]
+    if config.get("format") is not None:
+        response_format = _response_format(config["format"])
+        if isinstance(response_format, InvalidRequest):
+            return response_format
+        fields["response_format"] = response_format
     try:
         return ChatCompletionRequest.model_validate(fields)
     except ValidationError as exc:
