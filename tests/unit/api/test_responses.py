@@ -30,8 +30,8 @@ def test_create_get_continue_delete(gateway: Running, fake: ScriptedEngine) -> N
     fake.queue(Script(content=["again"]))
     api.create(model="fake", input="more", previous_response_id=first.id)
     sent = fake.requests[-1]["messages"]
-    assert [m["role"] for m in sent] == ["system", "user", "assistant", "user"]
-    assert sent[2]["content"] == "Hi!"
+    assert [m["role"] for m in sent] == ["user", "assistant", "user"]  # instructions not carried over
+    assert sent[1]["content"] == "Hi!"
 
     api.delete(first.id)
     with pytest.raises(openai.NotFoundError):
@@ -167,3 +167,22 @@ def test_every_event_and_reply_has_the_fields_the_sdk_requires(
     assert seen[-1] == ("response.completed" if script == "reply" else "response.failed")
     fake.queue(Script(reasoning=["r"], content=["Hi"], tool_calls=[("shell", "{}")]))
     Response.model_validate(gateway.http.post("/v1/responses", json={**body, "stream": False}).json())
+
+
+def test_instructions_are_not_carried_over_to_a_continuation(gateway: Running, fake: ScriptedEngine) -> None:
+    """OpenAI: "When using along with previous_response_id, the instructions from a previous
+    response will not be carried over to the next response" (the ``instructions`` field of
+    https://platform.openai.com/docs/api-reference/responses/create). Clients that send their
+    instructions every turn (agent frameworks) had them pile up mid-conversation, once a turn."""
+    fake.queue(Script(content=["a"]), Script(content=["b"]), Script(content=["c"]))
+    api = client(gateway).responses
+    first = api.create(model="fake", input="one", instructions="be brief")
+    second = api.create(model="fake", input="two", instructions="be terse", previous_response_id=first.id)
+    assert fake.requests[-1]["messages"] == [
+        {"role": "system", "content": "be terse"},
+        {"role": "user", "content": "one"},
+        {"role": "assistant", "content": "a"},
+        {"role": "user", "content": "two"},
+    ]
+    api.create(model="fake", input="three", previous_response_id=second.id)
+    assert [m["content"] for m in fake.requests[-1]["messages"]] == ["one", "a", "two", "b", "three"]

@@ -10,7 +10,7 @@ from sparkfold.api.openai.serving import ChatServing, log_ignored
 from sparkfold.api.responses.protocol import ResponsesRequest
 from sparkfold.api.responses.store import ResponseStore
 from sparkfold.api.responses.stream import responses_sse
-from sparkfold.api.responses.translate import output_items, response_object, to_chat
+from sparkfold.api.responses.translate import instructions_of, output_items, response_object, to_chat
 from sparkfold.asgi import EventStream
 from sparkfold.protocol import new_id
 
@@ -43,7 +43,8 @@ class ResponsesServing:
             return prepared
         response_id = new_id("resp")
         model = request.model or self.chat.served_name
-        conversation = [m for m in prepared.body["messages"]]
+        # what a continuation builds on: the messages less this request's instructions (not carried over)
+        conversation = prepared.body["messages"][len(instructions_of(request)) :]
 
         def keep(response: dict[str, Any], reply: dict[str, Any]) -> None:
             if request.store:

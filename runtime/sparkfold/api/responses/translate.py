@@ -13,6 +13,7 @@ from sparkfold.protocol import ChatCompletionRequest, new_id
 
 __all__ = [
     "call_item",
+    "instructions_of",
     "message_item",
     "output_items",
     "reasoning_item",
@@ -71,15 +72,20 @@ def _call_output(output: Any, where: str) -> tuple[str, list[dict[str, Any]]] | 
     return "\n".join(texts), [p for p in parts if p["type"] != "text"]
 
 
+def instructions_of(request: ResponsesRequest) -> list[dict[str, Any]]:
+    """The request's ``instructions`` as the system message that opens the prompt. They are never
+    stored with the conversation: OpenAI does not carry them over to a continuation
+    (``previous_response_id``), so each request's own come first."""
+    return [{"role": "system", "content": request.instructions}] if request.instructions else []
+
+
 def to_chat_messages(request: ResponsesRequest) -> list[dict[str, Any]] | InvalidRequest:
-    """The input items as chat messages. A reply's items sent back (``reasoning``, ``message``,
-    ``function_call``: what a stateless client echoes) become one assistant turn, its reasoning as
-    ``reasoning_content``."""
+    """The input items as chat messages (``instructions`` apart: :func:`instructions_of`). A reply's
+    items sent back (``reasoning``, ``message``, ``function_call``: what a stateless client echoes)
+    become one assistant turn, its reasoning as ``reasoning_content``."""
     messages: list[dict[str, Any]] = []
-    if request.instructions:
-        messages.append({"role": "system", "content": request.instructions})
     if isinstance(request.input, str):
-        return [*messages, {"role": "user", "content": request.input}]
+        return [{"role": "user", "content": request.input}]
     reasoning = ""  # of the assistant turn that comes next
     pictures: list[dict[str, Any]] = []  # from function outputs, sent after the tool messages
 
@@ -165,7 +171,10 @@ def to_chat(
     tools = _tools(request.tools)
     if isinstance(tools, InvalidRequest):
         return tools
-    fields: dict[str, Any] = {"messages": history + messages, "stream": request.stream}
+    fields: dict[str, Any] = {
+        "messages": instructions_of(request) + history + messages,
+        "stream": request.stream,
+    }
     if request.stream:
         fields["stream_options"] = {"include_usage": True}
     if request.model is not None:
