@@ -403,3 +403,141 @@ def test_model_card_and_single_rank_health(served: Served) -> None:
         oai.models.retrieve("no-such-model")
     health = httpx.get(f"{served.url}/health", timeout=30).json()
     assert health["engine"]["ok"] and health["peer"] is None  # docs/api.md: null on one rank
+
+
+# --- the SDKs' stream helpers and streamed agent frameworks ----------------------------------------
+
+NAMED = {"type": "function", "function": {"name": "get_weather"}}
+
+
+def test_openai_parse_and_stream_helpers(served: Served) -> None:
+    """``chat.completions.parse`` / ``.stream`` and ``responses.stream`` build the pydantic model
+    (or the parsed tool arguments) from what they received."""
+    chat = served.oai().chat.completions
+    parsed = chat.parse(
+        model=served.name,
+        messages=ASK,
+        response_format=Forecast,
+        max_tokens=BUDGET,
+        temperature=0,  # type: ignore[arg-type]
+    )
+    assert isinstance(parsed.choices[0].message.parsed, Forecast)
+    tool = openai.pydantic_function_tool(Forecast, name="get_weather")
+    with chat.stream(
+        model=served.name,
+        messages=ASK,
+        tools=[tool],
+        tool_choice=NAMED,
+        max_tokens=BUDGET,
+        temperature=0,  # type: ignore[arg-type, list-item]
+    ) as stream:
+        kinds = {event.type for event in stream}
+        final = stream.get_final_completion()
+    assert "tool_calls.function.arguments.done" in kinds
+    (call,) = final.choices[0].message.tool_calls or []
+    assert isinstance(call.function.parsed_arguments, Forecast)
+    with served.oai().responses.stream(
+        model=served.name,
+        input=ASK[0]["content"],
+        text_format=Forecast,
+        max_output_tokens=BUDGET,
+        temperature=0,
+    ) as events:
+        response = events.get_final_response()
+    assert response.status == "completed" and isinstance(response.output_parsed, Forecast)
+
+
+def test_anthropic_stream_helper_with_a_forced_tool(served: Served) -> None:
+    tools = [{"name": "get_weather", "input_schema": Forecast.model_json_schema()}]
+    with served.claude().messages.stream(
+        model=served.name,
+        max_tokens=BUDGET,
+        messages=ASK,  # type: ignore[arg-type]
+        tools=tools,  # type: ignore[arg-type]
+        tool_choice={"type": "tool", "name": "get_weather"},
+        extra_body=GREEDY,
+    ) as stream:
+        deltas = [e.delta.type for e in stream if e.type == "content_block_delta"]
+        message = stream.get_final_message()
+    assert "input_json_delta" in deltas and message.stop_reason == "tool_use"
+    (use,) = [block for block in message.content if block.type == "tool_use"]
+    _forecast(use.input)  # type: ignore[arg-type]
+    with served.claude().messages.stream(model=served.name, max_tokens=8, messages=ASK) as stream:  # type: ignore[arg-type]
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert text == "".join(b.text for b in final.content if b.type == "text")
+    assert final.usage.output_tokens > 0
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_litellm_streams_a_forced_tool_call(served: Served, provider: str) -> None:
+    """LiteLLM's ``openai/`` provider on /v1, and its ``anthropic/`` provider on /v1/messages."""
+    import litellm
+
+    base = f"{served.url}/v1" if provider == "openai" else served.url
+    chunks = list(
+        litellm.completion(
+            model=f"{provider}/{served.name}",
+            api_base=base,
+            api_key="unused",
+            messages=ASK,
+            tools=[WEATHER],
+            tool_choice=NAMED,
+            max_tokens=BUDGET,
+            temperature=0,
+            stream=True,
+        )
+    )
+    message = litellm.stream_chunk_builder(chunks).choices[0].message  # type: ignore[union-attr]
+    (call,) = message.tool_calls
+    assert call.function.name == "get_weather"
+    _forecast(call.function.arguments)
+
+
+def test_langchain_bind_tools_astream(served: Served) -> None:
+    import asyncio
+
+    from langchain_openai import ChatOpenAI
+
+    chat = ChatOpenAI(
+        model=served.name,
+        base_url=f"{served.url}/v1",
+        api_key="unused",  # type: ignore[arg-type]
+        max_tokens=BUDGET,  # type: ignore[call-arg]
+        temperature=0,
+        max_retries=0,
+        stream_usage=True,
+    )
+    bound = chat.bind_tools([WEATHER], tool_choice="get_weather")
+
+    async def gather() -> Any:
+        total = None
+        async for piece in bound.astream(ASK[0]["content"]):
+            total = piece if total is None else total + piece
+        return total
+
+    total = asyncio.run(gather())
+    (call,) = total.tool_calls
+    assert call["name"] == "get_weather"
+    _forecast(call["args"])
+    assert total.usage_metadata["output_tokens"] > 0
+
+
+def test_pydantic_ai_run_stream(served: Served) -> None:
+    import asyncio
+
+    from pydantic_ai import Agent
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    model = OpenAIChatModel(
+        served.name, provider=OpenAIProvider(base_url=f"{served.url}/v1", api_key="unused")
+    )
+    agent = Agent(model, output_type=Forecast, retries=0)
+
+    async def run() -> Forecast:
+        settings = {"max_tokens": BUDGET, "temperature": 0}
+        async with agent.run_stream(ASK[0]["content"], model_settings=settings) as result:  # type: ignore[arg-type]
+            return await result.get_output()
+
+    assert isinstance(asyncio.run(run()), Forecast)
