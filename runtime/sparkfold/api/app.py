@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
@@ -15,6 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import Response
+from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sparkfold import __version__
@@ -99,7 +100,18 @@ def build_stack(app: ASGIApp, gateway: Gateway, settings: Settings) -> ASGIApp:
     return ServerErrors(app)
 
 
-def _install_error_handlers(app: FastAPI) -> None:
+def _methods_on(routes: Sequence[BaseRoute], scope: Scope) -> list[str]:
+    """The methods some route answers on ``scope``'s path (HEAD left out, as GET implies it)."""
+    methods: set[str] = set()
+    for route in routes:
+        if route.matches(scope)[0] != Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    return sorted(methods - {"HEAD"})
+
+
+def _install_error_handlers(app: FastAPI, routes: Sequence[BaseRoute]) -> None:
+    """``routes``: every route with its methods (FastAPI's router holds included routers whole)."""
+
     async def on_validation(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
         return error_response(invalid_fields(exc.errors()), request.url.path)
@@ -107,13 +119,23 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def on_http(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         error: ApiError
+        headers = dict(exc.headers or {})
         if exc.status_code == 404:
             error = NotFound(f"no route {request.method} {request.url.path}; see /docs")
+        elif exc.status_code == 405:
+            # starlette's Allow names the first route on the path only (/v1/responses/{id}: GET, not DELETE)
+            allowed = _methods_on(routes, request.scope)
+            headers["Allow"] = ", ".join(allowed)
+            error = ClientError(
+                f"{request.method} is not served on {request.url.path}; it answers {', '.join(allowed)} "
+                "(see /docs)"
+            )
+            error.status = 405
         else:
             error = ClientError(str(exc.detail))
             error.status = exc.status_code
         response = error_response(error, request.url.path)
-        response.headers.update(exc.headers or {})  # 405's Allow
+        response.headers.update(headers)
         return response
 
     async def on_recursion(request: Request, exc: Exception) -> Response:
@@ -212,10 +234,11 @@ class App:
         )
         openapi.install(self.fastapi, open_paths=OPEN_PATHS)
         self.fastapi.state.gateway = self.gateway
-        _install_error_handlers(self.fastapi)
         routers = (routes.router, openai_routes.router, anthropic_routes.router, responses_routes.router)
         for router in routers:
             self.fastapi.include_router(router)
+        every_route = [*self.fastapi.router.routes, *(route for r in routers for route in r.routes)]
+        _install_error_handlers(self.fastapi, every_route)
         direct = Dispatch(
             self.fastapi, routes=[route for r in routers for route in r.routes], paths=GENERATING_PATHS
         )

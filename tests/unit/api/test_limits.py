@@ -132,6 +132,18 @@ def test_unknown_route_is_a_404_json_error(gateway: Running) -> None:
     assert "no route" in response.json()["error"]["message"]
 
 
+def test_a_method_a_path_does_not_answer_is_a_405_naming_the_ones_it_does(gateway: Running) -> None:
+    """``/v1/responses/{id}`` answers GET and DELETE; the Allow header named only the first
+    route's methods, and the message said only "Method Not Allowed"."""
+    response = gateway.http.put("/v1/responses/resp_x")
+    assert response.status_code == 405
+    assert {"GET", "DELETE"} <= set(response.headers["allow"].split(", "))
+    message = response.json()["error"]["message"]
+    assert "PUT" in message and "DELETE" in message and "/docs" in message
+    listing = gateway.http.get("/v1/chat/completions")  # openai's stored-completions list
+    assert listing.status_code == 405 and listing.headers["allow"] == "POST"
+
+
 def test_engine_never_sees_refused_requests(gateway: Running, fake: ScriptedEngine) -> None:
     gateway.http.post("/v1/chat/completions", json=chat(n=3))
     assert fake.requests == []
