@@ -101,6 +101,30 @@ def test_a_tool_that_is_not_a_named_function_is_refused(
     assert fake.requests == []
 
 
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"functions": [WEATHER["function"]]}, "functions"),  # the deprecated spelling of tools
+        ({"functions": [WEATHER["function"]], "function_call": "auto"}, "functions"),
+        ({"modalities": ["text", "audio"], "audio": {"voice": "alloy", "format": "wav"}}, "modalities"),
+    ],
+)
+def test_what_would_be_silently_lost_is_refused(
+    gateway: Running, fake: ScriptedEngine, fields: dict[str, Any], param: str
+) -> None:
+    """Ignoring these (as unknown fields are) answered plain text: a client that offered
+    ``functions`` never got a call, one that asked for audio got none."""
+    with pytest.raises(openai.BadRequestError) as caught:
+        client(gateway).chat.completions.create(
+            model="fake", messages=[{"role": "user", "content": "x"}], **fields
+        )
+    assert caught.value.body["param"] == param  # type: ignore[index]
+    assert fake.requests == []
+    client(gateway).chat.completions.create(
+        model="fake", messages=[{"role": "user", "content": "x"}], modalities=["text"]
+    )
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_call_to_a_tool_not_offered_comes_back_as_text(
     gateway: Running, fake: ScriptedEngine, stream: bool

@@ -49,6 +49,7 @@ __all__ = [
     "UtilityServing",
     "log_ignored",
     "openai_sse",
+    "refuse_unserved",
     "tokenizer_call",
 ]
 
@@ -86,6 +87,26 @@ def check_priority(value: Any) -> ClientError | None:
     if value in PRIORITIES:
         return None
     return InvalidRequest(f'priority must be "normal" or "background"; got {value!r}', param="priority")
+
+
+def refuse_unserved(request: ChatCompletionRequest) -> ClientError | None:
+    """OpenAI chat fields that, ignored as other unknown fields are, would lose what the client
+    asked for without a word: the deprecated ``functions`` (no call would ever come back) and
+    audio output (``modalities`` with ``"audio"``, ``audio``): a 400 saying what to send instead."""
+    extra = request.model_extra or {}
+    if "functions" in extra or "function_call" in extra:
+        return InvalidRequest(
+            'functions and function_call are OpenAI\'s deprecated spelling of tools: send tools=[{"type": '
+            '"function", "function": {...}}] and tool_choice',
+            param="functions" if "functions" in extra else "function_call",
+        )
+    modalities = extra.get("modalities")
+    if "audio" in extra or (isinstance(modalities, list) and modalities != ["text"]):
+        return InvalidRequest(
+            'this server answers text only: leave out audio, and modalities other than ["text"]',
+            param="modalities" if modalities is not None else "audio",
+        )
+    return None
 
 
 def _include_usage(body: dict[str, Any]) -> bool:
@@ -206,7 +227,7 @@ class ChatServing:
     async def create(
         self, request: ChatCompletionRequest, call: CallContext
     ) -> dict[str, Any] | ApiError | EventStream:
-        prepared = self.prepare(request, call)
+        prepared = refuse_unserved(request) or self.prepare(request, call)
         if isinstance(prepared, ApiError):
             return prepared
         refused = await self.capabilities.refuse_unsupported(
