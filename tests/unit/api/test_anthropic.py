@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import anthropic
 import pytest
+from anthropic.types import ModelInfo
 from pydantic import BaseModel
 from tests.fakes.harness import Running
 from tests.fakes.scripted_engine import Script, ScriptedEngine
@@ -178,6 +179,19 @@ def test_structured_output_reaches_the_engine_in_openai_s_shape(
             messages=[{"role": "user", "content": "where?"}],
             output_config={"format": {"type": "yaml"}},  # type: ignore[typeddict-item]
         )
+
+
+def test_models_in_anthropic_s_shape_for_anthropic_clients(gateway: Running) -> None:
+    """The anthropic SDK sends ``anthropic-version``; its ``ModelInfo`` needs ``type``,
+    ``display_name``, ``created_at`` and ``lifecycle``, its page ``has_more`` / ``first_id`` / ``last_id``."""
+    page = gateway.http.get("/v1/models", headers={"anthropic-version": "2023-06-01"}).json()
+    assert (page["has_more"], page["first_id"], page["last_id"]) == (False, "fake", "fake")
+    for info in page["data"]:
+        ModelInfo.model_validate(info)
+    card = client(gateway).models.retrieve("fake")
+    assert (card.type, card.display_name, card.lifecycle) == ("model", "fake", "active")
+    assert [info.id for info in client(gateway).models.list()] == ["fake"]
+    assert "has_more" not in gateway.http.get("/v1/models").json()  # OpenAI's shape without the header
 
 
 def test_garbage_from_the_engine_is_an_error_event_not_a_crash() -> None:

@@ -1,10 +1,15 @@
-"""HTTP wiring of the OpenAI routes: look up the serving object, call it, map the result."""
+"""HTTP wiring of the OpenAI routes: look up the serving object, call it, map the result.
+
+The model routes are Anthropic's path too: an Anthropic client gets Anthropic's shape
+(:mod:`sparkfold.api.anthropic.models`).
+"""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from sparkfold.api.anthropic.models import model_info, model_page, wants_anthropic
 from sparkfold.api.context import CallContext
 from sparkfold.api.openai.protocol import (
     ChatCompletionRequest,
@@ -29,14 +34,20 @@ def _call(request: Request) -> CallContext:
 @router.get("/v1/models", response_model=ModelList, responses=ERROR_RESPONSES, tags=["openai"])
 @router.get("/models", include_in_schema=False)  # TensorFold's alias
 async def list_models(request: Request) -> Response:
-    return respond(await gateway(request).utility.models(), request.scope["path"])
+    listed = await gateway(request).utility.models()
+    if wants_anthropic(request.headers) and isinstance(listed, dict):
+        listed = model_page(listed)
+    return respond(listed, request.scope["path"])
 
 
 @router.get(
     "/v1/models/{model_id:path}", response_model=ModelCard, responses=ERROR_RESPONSES, tags=["openai"]
 )
 async def get_model(model_id: str, request: Request) -> Response:
-    return respond(await gateway(request).utility.model(model_id), request.scope["path"])
+    card = await gateway(request).utility.model(model_id)
+    if wants_anthropic(request.headers) and isinstance(card, dict):
+        card = model_info(card)
+    return respond(card, request.scope["path"])
 
 
 @router.post("/v1/chat/completions", response_model=None, responses=ERROR_RESPONSES, tags=["openai"])
