@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -81,3 +82,57 @@ def test_the_settings_do_not_freeze_the_discovered_fabric_facts(repo: Path, tmp_
     toml = (tmp_path / "spark-head/sparkfold.toml").read_text()
     for key in ("gid_index", "rdma_devices", "socket_ifname"):
         assert not re.search(rf"^{key} =", toml, flags=re.M), toml
+
+
+UFW_DENYING = """Status: active
+Logging: on (low)
+Default: deny (incoming), allow (outgoing), disabled (routed)
+New profiles: skip
+
+To                         Action      From
+--                         ------      ----
+22/tcp                     ALLOW IN    Anywhere
+"""
+
+
+def test_a_firewall_that_blocks_the_pair_stops_the_fabric_stage_saying_what_to_run(
+    repo: Path, tmp_path: Path
+) -> None:
+    """Ubuntu's ufw lets ICMP in, so the link proof's ping passes; the rendezvous, NCCL and the
+    gateway are TCP. The node's own judge (sparkfold doctor) decides, and a sure block stops."""
+    install = tmp_path / "install/venv/bin"
+    install.mkdir(parents=True)
+    (install / "sparkfold").write_text(
+        f"#!/bin/sh\nPYTHONPATH={repo / 'runtime'} exec {sys.executable} -c "
+        "'from sparkfold.cli import main; main()' \"$@\"\n"
+    )
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "ufw").write_text(f"#!/bin/sh\ncat <<'EOF'\n{UFW_DENYING}EOF\n")
+    for script in (install / "sparkfold", tools / "ufw"):
+        script.chmod(0o755)
+    (tmp_path / "calls").mkdir()
+    hosts = write_inventory(
+        tmp_path,
+        sparkfold_install_dir=str(tmp_path / "install"),
+        sparkfold_state_dir=str(tmp_path / "state"),
+        sparkfold_config_dir=str(tmp_path / "etc"),
+    )
+    env = fake_tools(repo, tmp_path / "calls")
+    env["PATH"] = f"{tools}:{env['PATH']}"
+    role = ["-e", "role=sparkfold_fabric", "-e", "tasks_file=firewall.yml"]
+    result = ansible(
+        repo, "ansible-playbook", "-i", str(hosts), "tests/ansible/role_tasks.yml", *role, env=env
+    )
+    assert result.returncode != 0, result.stdout
+    said = " ".join(result.stdout.split())
+    assert (
+        "h1: ufw active (deny incoming) blocks the gateway port 8888/tcp: run sudo ufw allow 8888/tcp" in said
+    )
+
+    (tools / "ufw").write_text("#!/bin/sh\necho 'Status: inactive'\n")
+    result = ansible(
+        repo, "ansible-playbook", "-i", str(hosts), "tests/ansible/role_tasks.yml", *role, env=env
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "h1: firewall: ufw inactive" in " ".join(result.stdout.split())
