@@ -72,6 +72,20 @@ class Served:
     def claude(self) -> anthropic.Anthropic:
         return anthropic.Anthropic(base_url=self.url, api_key="unused", max_retries=0, timeout=300)
 
+    def langchain(self, max_tokens: int = BUDGET, **options: Any) -> Any:
+        """langchain-openai's ``ChatOpenAI`` on the gateway, greedy."""
+        from langchain_openai import ChatOpenAI
+
+        return ChatOpenAI(
+            model=self.name,
+            base_url=f"{self.url}/v1",
+            api_key="unused",  # type: ignore[arg-type]
+            max_tokens=max_tokens,  # type: ignore[call-arg]
+            temperature=0,
+            max_retries=0,
+            **options,
+        )
+
 
 @pytest.fixture(scope="module", params=["demo", "glm"])
 def served(
@@ -123,16 +137,7 @@ def test_instructor_extracts_the_model(served: Served, mode: str) -> None:
 
 @pytest.mark.parametrize("method", ["function_calling", "json_schema"])
 def test_langchain_with_structured_output(served: Served, method: str) -> None:
-    from langchain_openai import ChatOpenAI
-
-    chat = ChatOpenAI(
-        model=served.name,
-        base_url=f"{served.url}/v1",
-        api_key="unused",  # type: ignore[arg-type]
-        max_tokens=BUDGET,  # type: ignore[call-arg]
-        temperature=0,
-        max_retries=0,
-    )
+    chat = served.langchain()
     forecast = chat.with_structured_output(Forecast, method=method).invoke(ASK[0]["content"])  # type: ignore[arg-type]
     assert isinstance(forecast, Forecast)
 
@@ -286,16 +291,7 @@ def test_usage_comes_once_on_the_last_chunk(served: Served) -> None:
     assert with_usage == [chunks[-1]] and chunks[-1].choices == []
     assert chunks[-1].usage.completion_tokens == 8  # type: ignore[union-attr]
 
-    from langchain_openai import ChatOpenAI
-
-    chat = ChatOpenAI(
-        model=served.name,
-        base_url=f"{served.url}/v1",
-        api_key="unused",  # type: ignore[arg-type]
-        max_tokens=8,  # type: ignore[call-arg]
-        temperature=0,
-        stream_usage=True,
-    )
+    chat = served.langchain(max_tokens=8, stream_usage=True)
     total = None
     for piece in chat.stream("Say hello."):
         total = piece if total is None else total + piece
@@ -497,18 +493,7 @@ def test_litellm_streams_a_forced_tool_call(served: Served, provider: str) -> No
 def test_langchain_bind_tools_astream(served: Served) -> None:
     import asyncio
 
-    from langchain_openai import ChatOpenAI
-
-    chat = ChatOpenAI(
-        model=served.name,
-        base_url=f"{served.url}/v1",
-        api_key="unused",  # type: ignore[arg-type]
-        max_tokens=BUDGET,  # type: ignore[call-arg]
-        temperature=0,
-        max_retries=0,
-        stream_usage=True,
-    )
-    bound = chat.bind_tools([WEATHER], tool_choice="get_weather")
+    bound = served.langchain(stream_usage=True).bind_tools([WEATHER], tool_choice="get_weather")
 
     async def gather() -> Any:
         total = None
