@@ -109,6 +109,16 @@ def _methods_on(routes: Sequence[BaseRoute], scope: Scope) -> list[str]:
     return sorted(methods - {"HEAD"})
 
 
+def _base_url_hint(routes: Sequence[BaseRoute], scope: Scope) -> str:
+    """Where a client's base URL is off by ``/v1`` (OpenAI SDKs want it, Anthropic's must not have
+    it): the route it meant, and how to set it."""
+    path: str = scope["path"]
+    for meant, advice in ((f"/v1{path}", "end base_url with /v1"), (path[3:], "leave /v1 off base_url")):
+        if meant.startswith("/v1/") and meant != path and _methods_on(routes, {**scope, "path": meant}):
+            return f" (the route is {meant}: {advice})"
+    return ""
+
+
 def _install_error_handlers(app: FastAPI, routes: Sequence[BaseRoute]) -> None:
     """``routes``: every route with its methods (FastAPI's router holds included routers whole)."""
 
@@ -121,7 +131,8 @@ def _install_error_handlers(app: FastAPI, routes: Sequence[BaseRoute]) -> None:
         error: ApiError
         headers = dict(exc.headers or {})
         if exc.status_code == 404:
-            error = NotFound(f"no route {request.method} {request.url.path}; see /docs")
+            hint = _base_url_hint(routes, request.scope)
+            error = NotFound(f"no route {request.method} {request.url.path}{hint}; see /docs")
         elif exc.status_code == 405:
             # starlette's Allow names the first route on the path only (/v1/responses/{id}: GET, not DELETE)
             allowed = _methods_on(routes, request.scope)

@@ -132,6 +132,20 @@ def test_unknown_route_is_a_404_json_error(gateway: Running) -> None:
     assert "no route" in response.json()["error"]["message"]
 
 
+@pytest.mark.parametrize(
+    ("path", "route"),
+    [
+        ("/chat/completions", "/v1/chat/completions"),  # openai SDK, base_url http://HOST:PORT
+        ("/v1/v1/messages", "/v1/messages"),  # anthropic SDK, base_url http://HOST:PORT/v1
+    ],
+)
+def test_a_base_url_off_by_v1_is_told_so(gateway: Running, path: str, route: str) -> None:
+    response = gateway.http.post(path, json={})
+    assert response.status_code == 404
+    message = response.json()["error"]["message"]
+    assert f"the route is {route}" in message and "base_url" in message
+
+
 def test_a_method_a_path_does_not_answer_is_a_405_naming_the_ones_it_does(gateway: Running) -> None:
     """``/v1/responses/{id}`` answers GET and DELETE; the Allow header named only the first
     route's methods, and the message said only "Method Not Allowed"."""
