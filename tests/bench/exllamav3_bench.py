@@ -23,9 +23,9 @@ tokens (``ignore_eos``), greedy, and both sides stop on the server's GLM stop to
 ``--servers`` measures each named engine server against the same direct loop, one after another
 (each with its own JSON, ``FILE`` with ``-NAME`` before the suffix when there are several):
 ``plain`` is the server with the engine in the same process (``core_process = false``,
-``OMP_NUM_THREADS=1``), ``omp`` the
-same without that variable, ``core`` the server with ``[engine] core_process = true`` (the engine
-in a process of its own), ``core-omp`` that without ``OMP_NUM_THREADS=1``.
+``OMP_NUM_THREADS=1``), ``omp`` the same without that variable, ``core`` the server with
+``[engine] core_process = true`` (the engine in a process of its own), ``core-omp`` that without
+``OMP_NUM_THREADS=1``.
 
 Each level's row is printed (and the JSON file rewritten) as soon as it is measured, so a run cut
 short by a time limit still leaves the levels it finished.

@@ -113,7 +113,10 @@ def _base_url_hint(routes: Sequence[BaseRoute], scope: Scope) -> str:
     """Where a client's base URL is off by ``/v1`` (OpenAI SDKs want it, Anthropic's must not have
     it): the route it meant, and how to set it."""
     path: str = scope["path"]
-    for meant, advice in ((f"/v1{path}", "end base_url with /v1"), (path[3:], "leave /v1 off base_url")):
+    for meant, advice in (
+        (f"/v1{path}", "end base_url with /v1"),
+        (path.removeprefix("/v1"), "leave /v1 off base_url"),
+    ):
         if meant.startswith("/v1/") and meant != path and _methods_on(routes, {**scope, "path": meant}):
             return f" (the route is {meant}: {advice})"
     return ""
@@ -248,11 +251,9 @@ class App:
         routers = (routes.router, openai_routes.router, anthropic_routes.router, responses_routes.router)
         for router in routers:
             self.fastapi.include_router(router)
-        every_route = [*self.fastapi.router.routes, *(route for r in routers for route in r.routes)]
-        _install_error_handlers(self.fastapi, every_route)
-        direct = Dispatch(
-            self.fastapi, routes=[route for r in routers for route in r.routes], paths=GENERATING_PATHS
-        )
+        api_routes = [route for r in routers for route in r.routes]
+        _install_error_handlers(self.fastapi, [*self.fastapi.router.routes, *api_routes])
+        direct = Dispatch(self.fastapi, routes=api_routes, paths=GENERATING_PATHS)
         self._stack = build_stack(direct, self.gateway, settings)
         self._pacing = Pacing(keepalive_s=api.keepalive_s, send_timeout_s=api.send_timeout_s)
 
