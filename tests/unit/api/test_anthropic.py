@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import anthropic
 import pytest
 from anthropic.types import ModelInfo
@@ -117,16 +119,44 @@ def test_count_tokens(gateway: Running) -> None:
     assert count.input_tokens > 0
 
 
+REDACTED_HISTORY = [
+    {"role": "user", "content": "x"},
+    {
+        "role": "assistant",
+        "content": [
+            {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT"},
+            {"type": "text", "text": "done"},
+        ],
+    },
+    {"role": "user", "content": "again"},
+]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_redacted_thinking_in_the_history_is_dropped_and_logged(
+    gateway: Running, fake: ScriptedEngine, caplog: pytest.LogCaptureFixture, stream: bool
+) -> None:
+    """Claude Code sends its history back with ``redacted_thinking`` blocks, which only Anthropic's
+    servers can read: the turn is taken without them, and the log says where they were."""
+    ask = client(gateway).messages
+    with caplog.at_level(logging.INFO, logger="sparkfold.api.anthropic.serving"):
+        if stream:
+            with ask.stream(model="fake", max_tokens=5, messages=REDACTED_HISTORY) as events:  # type: ignore[arg-type]
+                reply = events.get_final_message()
+        else:
+            reply = ask.create(model="fake", max_tokens=5, messages=REDACTED_HISTORY)  # type: ignore[arg-type]
+        counted = ask.count_tokens(model="fake", messages=REDACTED_HISTORY)  # type: ignore[arg-type]
+    assert reply.content[0].text == "Hello, world!"  # type: ignore[union-attr]
+    assert counted.input_tokens > 0
+    sent = fake.requests[-1]["messages"]
+    assert sent[1] == {"role": "assistant", "content": "done"}
+    logged = [r for r in caplog.records if r.getMessage() == "dropped redacted_thinking blocks"]
+    assert len(logged) == 2  # the reply and the count
+    assert logged[0].fields == ["messages[1].content[0]"]  # type: ignore[attr-defined]
+    assert logged[0].request_id  # type: ignore[attr-defined]
+
+
 def test_refused_fields_and_blocks(gateway: Running) -> None:
-    with pytest.raises(anthropic.BadRequestError, match="redacted_thinking"):
-        client(gateway).messages.create(
-            model="fake",
-            max_tokens=5,
-            messages=[
-                {"role": "user", "content": "x"},
-                {"role": "assistant", "content": [{"type": "redacted_thinking", "data": "zz"}]},  # type: ignore[list-item]
-            ],
-        )
     with pytest.raises(anthropic.BadRequestError, match="mcp_servers"):
         client(gateway).messages.create(
             model="fake",

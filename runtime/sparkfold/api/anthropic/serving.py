@@ -2,19 +2,33 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from sparkfold.api.anthropic.protocol import CountTokensRequest, MessagesRequest
 from sparkfold.api.anthropic.stream import anthropic_sse
-from sparkfold.api.anthropic.translate import from_chat, prompt_of, to_chat
+from sparkfold.api.anthropic.translate import from_chat, prompt_of, redacted_blocks, to_chat
 from sparkfold.api.context import CallContext
 from sparkfold.api.errors import ApiError, InvalidRequest
 from sparkfold.api.openai.serving import ChatServing, log_ignored, tokenizer_call
 from sparkfold.api.upstream import Engine
 from sparkfold.asgi import EventStream
-from sparkfold.protocol import TokenizeResponse
+from sparkfold.protocol import TokenizeResponse, ignored_summary
 
 __all__ = ["MessagesServing"]
+
+log = logging.getLogger(__name__)
+
+
+def _log_dropped(request: MessagesRequest | CountTokensRequest, call: CallContext) -> None:
+    """Ignored fields, and the ``redacted_thinking`` blocks the translation drops, by place."""
+    log_ignored(request, call)
+    dropped = redacted_blocks(request)
+    if dropped:
+        log.info(
+            "dropped redacted_thinking blocks",
+            extra={"request_id": call.request_id, **ignored_summary(dropped)},
+        )
 
 
 class MessagesServing:
@@ -25,7 +39,7 @@ class MessagesServing:
     async def create(
         self, request: MessagesRequest, call: CallContext
     ) -> dict[str, Any] | ApiError | EventStream:
-        log_ignored(request, call)
+        _log_dropped(request, call)
         chat_request = to_chat(request)
         if isinstance(chat_request, ApiError):
             return chat_request
@@ -59,7 +73,7 @@ class MessagesServing:
         return EventStream(events, stream.aclose, self.chat.metrics.cancelled.inc)
 
     async def count_tokens(self, request: CountTokensRequest, call: CallContext) -> dict[str, Any] | ApiError:
-        log_ignored(request, call)
+        _log_dropped(request, call)
         body = _tokenize_body(request)
         if isinstance(body, InvalidRequest):
             return body

@@ -1,8 +1,9 @@
 """Anthropic Messages <-> the engine's chat completions.
 
 :func:`to_chat` turns a Messages request into a chat request (system prompt, text and image
-blocks, ``tool_use`` / ``tool_result``, thinking blocks as ``reasoning_content``, stop sequences,
-``thinking``, ``output_config.effort`` and ``.format``) or an error naming the block.
+blocks, ``tool_use`` / ``tool_result``, thinking blocks as ``reasoning_content`` (``redacted_thinking``
+blocks dropped), stop sequences, ``thinking``, ``output_config.effort`` and ``.format``) or an error
+naming the block.
 :func:`from_chat` turns a chat completion into a Messages response.
 """
 
@@ -17,7 +18,16 @@ from sparkfold.api.anthropic.protocol import CountTokensRequest, MessagesRequest
 from sparkfold.api.errors import InvalidRequest, untranslatable
 from sparkfold.protocol import ChatCompletionRequest, new_id
 
-__all__ = ["STOP_REASONS", "chat_tools", "from_chat", "prompt_of", "to_chat", "to_chat_messages"]
+__all__ = [
+    "STOP_REASONS",
+    "anthropic_usage",
+    "chat_tools",
+    "from_chat",
+    "prompt_of",
+    "redacted_blocks",
+    "to_chat",
+    "to_chat_messages",
+]
 
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
 _REFUSED = ("container", "mcp_servers")
@@ -124,7 +134,7 @@ def _assistant_turn(content: list[dict[str, Any]], where: str) -> dict[str, Any]
                 }
             )
         elif kind == "redacted_thinking":
-            return InvalidRequest(f"{at}: redacted_thinking blocks are not supported; drop them", param=at)
+            continue  # opaque to all but Anthropic's servers: dropped (see redacted_blocks)
         else:
             return InvalidRequest(
                 f"{at}: unsupported or malformed block (type {kind!r}) in an assistant message; "
@@ -137,6 +147,18 @@ def _assistant_turn(content: list[dict[str, Any]], where: str) -> dict[str, Any]
     if calls:
         message["tool_calls"] = calls
     return message
+
+
+def redacted_blocks(request: MessagesRequest | CountTokensRequest) -> list[str]:
+    """Where the assistant turns carry ``redacted_thinking`` blocks, which the translation drops:
+    Claude Code sends its history back with them, and only Anthropic's servers can read them."""
+    return [
+        f"messages[{i}].content[{j}]"
+        for i, message in enumerate(request.messages)
+        if message.role == "assistant" and not isinstance(message.content, str)
+        for j, block in enumerate(message.content)
+        if isinstance(block, dict) and block.get("type") == "redacted_thinking"
+    ]
 
 
 def to_chat_messages(request: MessagesRequest | CountTokensRequest) -> list[dict[str, Any]] | InvalidRequest:
