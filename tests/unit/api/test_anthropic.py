@@ -119,6 +119,21 @@ def test_count_tokens(gateway: Running) -> None:
     assert count.input_tokens > 0
 
 
+def test_usage_always_has_both_cache_fields(gateway: Running, fake: ScriptedEngine) -> None:
+    """Anthropic's usage carries ``cache_creation_input_tokens`` and ``cache_read_input_tokens``;
+    clients add them up, so both are integers everywhere usage is: reply, message_start, message_delta."""
+    ask = client(gateway).messages
+    reply = ask.create(model="fake", max_tokens=5, messages=[{"role": "user", "content": "x"}])
+    assert (reply.usage.cache_creation_input_tokens, reply.usage.cache_read_input_tokens) == (0, 0)
+    with ask.stream(model="fake", max_tokens=5, messages=[{"role": "user", "content": "x"}]) as stream:
+        events = list(stream)
+    usages = [e.message.usage for e in events if e.type == "message_start"]
+    usages += [e.usage for e in events if e.type == "message_delta"]
+    assert len(usages) == 2
+    for usage in usages:
+        assert (usage.cache_creation_input_tokens, usage.cache_read_input_tokens) == (0, 0)
+
+
 REDACTED_HISTORY = [
     {"role": "user", "content": "x"},
     {

@@ -59,7 +59,9 @@ class _Blocks:
         )
 
 
-def _message_start(model: str, input_tokens: int | None) -> bytes:
+def _message_start(model: str, opening: dict[str, Any]) -> bytes:
+    """``message_start``, its usage from the engine's first usage block (the prompt's tokens, the
+    cached ones) in Anthropic's shape; nothing is generated yet."""
     return event(
         "message_start",
         {
@@ -72,7 +74,7 @@ def _message_start(model: str, input_tokens: int | None) -> bytes:
                 "content": [],
                 "stop_reason": None,
                 "stop_sequence": None,
-                "usage": {"input_tokens": int(input_tokens or 0), "output_tokens": 0},
+                "usage": {**anthropic_usage(opening), "output_tokens": 0},
             },
         },
     )
@@ -96,10 +98,10 @@ async def anthropic_sse(
         if not started:  # after the engine's first chunk: it carries the prompt's token count
             started = True
             opening = getattr(batches, "usage", None)
-            input_tokens = opening.get("prompt_tokens") if isinstance(opening, dict) else None
-            if not isinstance(input_tokens, int) and count_input is not None:
-                input_tokens = await count_input()
-            yield _message_start(model, input_tokens)
+            opening = dict(opening) if isinstance(opening, dict) else {}
+            if not isinstance(opening.get("prompt_tokens"), int) and count_input is not None:
+                opening["prompt_tokens"] = await count_input()
+            yield _message_start(model, opening)
         if item is None:
             yield PING
             continue
@@ -146,7 +148,7 @@ async def anthropic_sse(
             if choice.get("finish_reason"):
                 finish = choice
     if not started:
-        yield _message_start(model, None)
+        yield _message_start(model, {})
     for out in blocks.close():
         yield out
     stop_reason, stop_sequence = stop_of(finish, stop_sequences)
