@@ -9,7 +9,8 @@ import click
 
 from sparkfold.commands._options import config_option, echo_json, json_option
 from sparkfold.config import Settings
-from sparkfold.node.supervisor import RankError, describe, run_rank
+from sparkfold.engines.startup import RankError
+from sparkfold.node.supervisor import describe, run_rank
 
 
 @click.command()

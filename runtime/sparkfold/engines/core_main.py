@@ -2,7 +2,7 @@
 
 ``python -m sparkfold.engines.core_main FD`` is started by
 :class:`~sparkfold.engines.core_process.CoreClient`; ``FD`` is its end of a socket pair. It
-loads the generator the settings name (:func:`~sparkfold.node.supervisor.load_engine`, the same
+loads the generator the settings name (:func:`~sparkfold.engines.startup.load_engine`, the same
 loader and the same errors as an engine in the server's process), answers ``ready`` (or
 ``failed``), then runs without an event loop: this thread reads requests and cancels and puts
 them on the engine's inbox (``ThreadedEngine.submit``), the engine thread steps, and at the end
@@ -196,7 +196,7 @@ def serve(conn: Connection, generator: Any) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     from sparkfold.config import EngineSettings
-    from sparkfold.node.supervisor import EngineUnavailable, RankError, load_engine
+    from sparkfold.engines.startup import EngineUnavailable, RankError, load_engine
 
     args = sys.argv[1:] if argv is None else argv
     conn = Connection(int(args[0]))

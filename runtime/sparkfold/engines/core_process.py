@@ -92,10 +92,10 @@ class CoreClient(HfTokenizer):
     def start(cls, settings: EngineSettings) -> CoreClient:
         """Start the core, load the tokenizer side here meanwhile, and wait for the core's ``ready``.
 
-        A load error in the core is raised here as the same :class:`~sparkfold.node.supervisor.RankError`
+        A load error in the core is raised here as the same :class:`~sparkfold.engines.startup.RankError`
         (or ``EngineUnavailable``) an engine in this process would raise.
         """
-        from sparkfold.node.supervisor import EngineUnavailable, RankError
+        from sparkfold.engines.startup import EngineUnavailable, RankError
 
         ours, theirs = socket.socketpair()
         process = subprocess.Popen(

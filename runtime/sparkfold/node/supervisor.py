@@ -17,29 +17,22 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
-from sparkfold.config import EngineSettings, Settings
+from sparkfold.config import Settings
 from sparkfold.engines.models import resolve_model
+from sparkfold.engines.startup import EngineUnavailable, RankError, load_engine
 from sparkfold.node.notify import notify, watchdog_interval_s
 from sparkfold.node.peer import HEARTBEAT_PORT_OFFSET, PeerWatch, start_peer_watch
 from sparkfold.node.serving import mark_serving
 from sparkfold.protocol import PeerState
 
-__all__ = ["EngineUnavailable", "RankError", "describe", "feed_watchdog", "load_engine", "run_rank"]
+__all__ = ["describe", "feed_watchdog", "run_rank"]
 
 log = logging.getLogger("sparkfold.engine")
 
 RENDEZVOUS_TIMEOUT_S = 3600.0  # how long one rank waits for the other to load (the peer watch is faster)
-
-
-class RankError(RuntimeError):
-    """This rank cannot start (settings differ between ranks, model missing …): one line, exit 1."""
-
-
-class EngineUnavailable(RankError):
-    """``engine.kind`` names an engine this build cannot run yet."""
 
 
 def _die(message: str) -> None:
@@ -158,33 +151,6 @@ def run_rank(settings: Settings) -> int:
         return _follow(settings, loaded.runner, watch)
     assert http is not None
     return asyncio.run(_serve(settings, loaded.generator, watch, http))
-
-
-def load_engine(engine: EngineSettings, on_fatal: Callable[[str], None]) -> Any:
-    """The generator of a rank 0 without a peer process: exllamav3, or transformers with ``tp = 1``.
-
-    What :func:`run_rank` loads in this process, and an engine core (``[engine] core_process``)
-    in its own. Raises :class:`RankError` (:class:`EngineUnavailable`) with the operator's line.
-    """
-    if engine.kind == "transformers":
-        from sparkfold.engines.transformers_backend import load as load_transformers
-
-        try:
-            loaded_t = load_transformers(engine, 0, None, on_fatal=on_fatal)
-        except (FileNotFoundError, ValueError) as exc:
-            raise RankError(str(exc)) from None
-        log.info("loaded %s in %.1f s", loaded_t.source.describe(), loaded_t.load_s)
-        return loaded_t.generator
-    from sparkfold.engines.exllamav3 import Exllamav3Unavailable, PoolTooSmall, load
-
-    try:
-        loaded = load(engine, on_fatal=on_fatal)
-    except Exllamav3Unavailable as exc:
-        raise EngineUnavailable(str(exc)) from None
-    except (PoolTooSmall, FileNotFoundError, ValueError) as exc:
-        raise RankError(str(exc)) from None
-    log.info("loaded %s in %.1f s: %s", engine.model, loaded.load_s, loaded.plan)
-    return loaded.generator
 
 
 def _run_single(settings: Settings) -> int:

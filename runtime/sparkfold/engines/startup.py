@@ -1,0 +1,54 @@
+"""Loading an engine in this process, and the errors that stop a rank from starting.
+
+:func:`load_engine` is what a rank 0 without a peer process loads: the node's supervisor
+(``sparkfold.node.supervisor``) in the server's process, an engine core
+(``sparkfold.engines.core_main``) in its own; both raise the same :class:`RankError` lines. They
+live here, below both, because node/ stands above engines/ (engines never import node/).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from sparkfold.config import EngineSettings
+
+__all__ = ["EngineUnavailable", "RankError", "load_engine"]
+
+log = logging.getLogger("sparkfold.engine")
+
+
+class RankError(RuntimeError):
+    """This rank cannot start (settings differ between ranks, model missing …): one line, exit 1."""
+
+
+class EngineUnavailable(RankError):
+    """``engine.kind`` names an engine this build cannot run yet."""
+
+
+def load_engine(engine: EngineSettings, on_fatal: Callable[[str], None]) -> Any:
+    """The generator of a rank 0 without a peer process: exllamav3, or transformers with ``tp = 1``.
+
+    What the rank supervisor loads in its own process, and an engine core (``[engine] core_process``)
+    in its own. Raises :class:`RankError` (:class:`EngineUnavailable`) with the operator's line.
+    """
+    if engine.kind == "transformers":
+        from sparkfold.engines.transformers_backend import load as load_transformers
+
+        try:
+            loaded_t = load_transformers(engine, 0, None, on_fatal=on_fatal)
+        except (FileNotFoundError, ValueError) as exc:
+            raise RankError(str(exc)) from None
+        log.info("loaded %s in %.1f s", loaded_t.source.describe(), loaded_t.load_s)
+        return loaded_t.generator
+    from sparkfold.engines.exllamav3 import Exllamav3Unavailable, PoolTooSmall, load
+
+    try:
+        loaded = load(engine, on_fatal=on_fatal)
+    except Exllamav3Unavailable as exc:
+        raise EngineUnavailable(str(exc)) from None
+    except (PoolTooSmall, FileNotFoundError, ValueError) as exc:
+        raise RankError(str(exc)) from None
+    log.info("loaded %s in %.1f s: %s", engine.model, loaded.load_s, loaded.plan)
+    return loaded.generator
