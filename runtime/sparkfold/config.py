@@ -568,7 +568,14 @@ class ApiSettings(_Section):
     )
     # connection limits (the HTTP server's, before any request is read)
     max_connections: int = Field(
-        2048, ge=1, le=1_000_000, description="open client connections; more are closed"
+        2048, ge=1, le=1_000_000, description="open client connections; more are refused"
+    )
+    max_connections_per_client: int = Field(
+        512,
+        ge=1,
+        le=1_000_000,
+        description="open connections of one source address (at most 3/4 of max_connections); "
+        "at or past max_connections: no per-client cap (behind a reverse proxy)",
     )
     header_timeout_s: float = Field(10.0, gt=0, description="a request's headers must arrive within this")
     idle_timeout_s: float = Field(5.0, gt=0, description="a kept-alive connection idle this long is closed")

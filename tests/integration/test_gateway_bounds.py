@@ -7,10 +7,15 @@ than an attacker. Every wait is bounded by a socket timeout or a deadline.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import selectors
 import signal
 import socket
 import subprocess
+import threading
+import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -125,23 +130,158 @@ def one_response(sock: socket.socket) -> bytes:
     return head
 
 
-def test_connections_past_the_limit_are_closed_and_the_rest_are_served(
-    start_gateway: Callable[..., tuple],
-) -> None:
-    _, port, _ = start_gateway(max_connections=20, header_timeout_s=60, idle_timeout_s=60)
+def connect_from(source: str, port: int) -> socket.socket:
+    """A connection from ``source`` (another loopback address: Linux routes 127.0.0.0/8 to lo)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.settimeout(WAIT_S)
+    try:
+        sock.bind((source, 0))
+    except OSError:
+        sock.close()
+        pytest.skip(f"cannot bind {source} on this host")
+    sock.connect(("127.0.0.1", port))
+    return sock
+
+
+def held_requests(sources: list[str], port: int) -> tuple[list[socket.socket], list[bytes]]:
+    """One connection from each of ``sources`` in turn, each kept open once answered."""
     socks: list[socket.socket] = []
     answers = []
-    try:
-        for _ in range(30):  # one at a time, each kept open once served
-            sock = connect(port)
-            socks.append(sock)
-            ok = send_all(sock, b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
-            answers.append(one_response(sock) if ok else b"")
+    for source in sources:
+        sock = connect_from(source, port)
+        socks.append(sock)
+        ok = send_all(sock, b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+        answers.append(one_response(sock) if ok else b"")
+    return socks, answers
+
+
+def test_connections_past_the_caps_get_503_and_the_rest_are_served(
+    start_gateway: Callable[..., tuple],
+) -> None:
+    _, port, _ = start_gateway(
+        max_connections=20, max_connections_per_client=12, header_timeout_s=60, idle_timeout_s=60
+    )
+    socks: list[socket.socket] = []
+    try:  # 127.0.0.1 to its cap (12), then 127.0.0.2 to the total (20), then both refused
+        socks, answers = held_requests(["127.0.0.1"] * 14 + ["127.0.0.2"] * 9 + ["127.0.0.3"], port)
     finally:
         for sock in socks:
             sock.close()
-    assert [a[:12] for a in answers] == [b"HTTP/1.1 200"] * 20 + [b""] * 10
-    assert health_ok(port)
+    statuses = [a[:12] for a in answers]
+    assert (
+        statuses
+        == [b"HTTP/1.1 200"] * 12 + [b"HTTP/1.1 503"] * 2 + [b"HTTP/1.1 200"] * 8 + [b"HTTP/1.1 503"] * 2
+    ), statuses
+    assert all(b"retry-after: 5" in a for a in answers if a.startswith(b"HTTP/1.1 503"))
+    assert health_ok(port)  # the caps are free again: served
+
+
+def test_a_refused_connection_that_sends_nothing_is_closed(start_gateway: Callable[..., tuple]) -> None:
+    _, port, _ = start_gateway(max_connections=1, header_timeout_s=60)
+    with connect(port) as held, connect(port) as refused:
+        assert read_all(refused) == b""  # closed by the gateway (ours would raise a timeout)
+        send_all(held, b"GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        assert read_all(held).startswith(b"HTTP/1.1 200")
+
+
+class Flood(threading.Thread):
+    """One source address holding ``sockets`` connections to the gateway, each re-opened as soon as
+    the gateway closes it (within 50 ms), until ``stop``: each sends a request line and one header,
+    never the end of its headers (a served one is held until the header timeout). Records what
+    came back."""
+
+    def __init__(self, port: int, sockets: int, max_opens: int) -> None:
+        super().__init__(daemon=True)
+        self.port, self.sockets, self.max_opens = port, sockets, max_opens
+        self.stop = threading.Event()
+        self.answers: Counter[bytes] = Counter()
+        self.opens = 0
+        self.retry_after_missing = 0
+
+    def open(self, selector: selectors.BaseSelector) -> None:
+        sock = connect_from("127.0.0.1", self.port)
+        sock.setblocking(False)
+        with contextlib.suppress(OSError):
+            sock.send(b"GET /health HTTP/1.1\r\nhost: flood\r\n")
+        selector.register(sock, selectors.EVENT_READ)
+        self.opens += 1
+
+    def run(self) -> None:
+        with selectors.DefaultSelector() as selector:
+            try:
+                for _ in range(self.sockets):
+                    self.open(selector)
+                while not self.stop.is_set() and self.opens < self.max_opens:
+                    for key, _ in selector.select(timeout=0.1):
+                        sock = key.fileobj
+                        assert isinstance(sock, socket.socket)
+                        try:
+                            answer = sock.recv(65536)
+                        except OSError:
+                            answer = b""
+                        self.answers[answer[:12]] += 1
+                        if answer.startswith(b"HTTP/1.1 503") and b"retry-after:" not in answer.lower():
+                            self.retry_after_missing += 1
+                        selector.unregister(sock)
+                        sock.close()
+                        self.open(selector)  # at once
+                    self.stop.wait(0.05)  # (a bound on the CPU the refused ones' cycle takes)
+            finally:
+                for key in list(selector.get_map().values()):
+                    key.fileobj.close()  # type: ignore[union-attr]
+
+
+def legitimate(port: int, seconds: float, every_s: float, max_requests: int) -> list[int]:
+    """Requests from 127.0.0.2, each on a fresh connection, for ``seconds``: their statuses (0: failed)."""
+    statuses: list[int] = []
+    deadline = time.monotonic() + seconds
+    transport = httpx.HTTPTransport(local_address="127.0.0.2")
+    with httpx.Client(transport=transport, timeout=WAIT_S, base_url=f"http://127.0.0.1:{port}") as http:
+        while time.monotonic() < deadline and len(statuses) < max_requests:
+            try:
+                response = http.post(
+                    "/v1/chat/completions",
+                    json={"model": "fake", "messages": [{"role": "user", "content": "hi"}]},
+                    headers={"connection": "close"},
+                )
+                statuses.append(response.status_code)
+            except httpx.TransportError:
+                statuses.append(0)
+            time.sleep(every_s)
+    return statuses
+
+
+def flood_while_serving(start_gateway: Callable[..., tuple], seconds: float) -> None:
+    """The persistent flood of one address (more sockets than ``api.max_connections``, the served
+    ones closed by the header timeout and re-opened at once) while another address is served."""
+    _, port, _ = start_gateway(max_connections=24, max_connections_per_client=12, header_timeout_s=2)
+    connect_from("127.0.0.2", port).close()  # (skips here when the host has no 127.0.0.2)
+    flood = Flood(port, sockets=40, max_opens=int(1000 * seconds))
+    flood.start()
+    try:
+        time.sleep(0.5)  # the flood holds its share before the first legitimate request
+        statuses = legitimate(port, seconds, every_s=0.25, max_requests=int(8 * seconds))
+        assert flood.is_alive()  # it lasted as long as the legitimate requests
+    finally:
+        flood.stop.set()
+        flood.join(timeout=WAIT_S)
+    assert statuses and statuses == [200] * len(statuses), Counter(statuses)
+    assert flood.answers[b"HTTP/1.1 503"] > 0, flood.answers  # the excess was refused with 503 ...
+    assert set(flood.answers) <= {b"HTTP/1.1 503", b""}, flood.answers  # ... or closed (timeout)
+    assert flood.retry_after_missing == 0
+
+
+def test_one_address_flooding_connections_leaves_the_others_served(
+    start_gateway: Callable[..., tuple],
+) -> None:
+    flood_while_serving(start_gateway, seconds=5)
+
+
+@pytest.mark.slow
+def test_one_address_flooding_connections_for_30_s_leaves_the_others_served(
+    start_gateway: Callable[..., tuple],
+) -> None:
+    flood_while_serving(start_gateway, seconds=30)
 
 
 STREAMS = [
