@@ -459,6 +459,10 @@ class TokenizeRequest(_Request):
     add_special_tokens: bool = Field(True, description="for a prompt: let the tokenizer add BOS and friends")
     add_generation_prompt: bool = True
     return_token_strs: bool = Field(True, description="add each token's string")
+    chat_template_kwargs: dict[str, Any] | None = Field(
+        None, description="with messages: as chat's (enable_thinking, ...): the prompt renders as the reply's"
+    )
+    reasoning_effort: str | None = Field(None, description="with messages: as chat's (none: thinking off)")
 
 
 class TokenizeResponse(_Wire):

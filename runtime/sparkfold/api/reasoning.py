@@ -16,7 +16,7 @@ from typing import Any
 from sparkfold.api.errors import InvalidRequest
 from sparkfold.glm.effort import EFFORTS
 
-__all__ = ["EFFORTS", "ReasoningControls", "reasoning_controls"]
+__all__ = ["EFFORTS", "ReasoningControls", "reasoning_controls", "resolve_reasoning"]
 
 log = logging.getLogger(__name__)
 
@@ -77,3 +77,35 @@ def reasoning_controls(
     if mapped is None:
         return ReasoningControls(None, False, budget)
     return ReasoningControls(None if enable is False else mapped, enable, budget)
+
+
+def resolve_reasoning(
+    body: dict[str, Any], *, thinking: Any = None, reasoning: Any = None
+) -> ReasoningControls | InvalidRequest:
+    """Rewrite an engine-bound ``body`` (a chat request, or a ``/tokenize`` of one) in place so its
+    ``reasoning_effort`` and ``chat_template_kwargs.enable_thinking`` are what the engine reads,
+    whatever spelling the client used (``thinking`` and ``reasoning``: the client's extra fields).
+
+    The one place the prompt's switches are decided: a reply and the count of its prompt render
+    alike. Returns the controls (a reply also takes their ``budget``), or the error naming the field.
+    """
+    kwargs = dict(body.get("chat_template_kwargs") or {})
+    controls = reasoning_controls(
+        reasoning_effort=body.pop("reasoning_effort", None),
+        template_kwargs=kwargs,
+        thinking=thinking,
+        reasoning=reasoning,
+    )
+    if isinstance(controls, InvalidRequest):
+        return controls
+    kwargs.pop("thinking", None)
+    kwargs.pop("reasoning_effort", None)
+    if controls.effort is not None:
+        body["reasoning_effort"] = controls.effort
+    if controls.enable_thinking is not None:
+        kwargs["enable_thinking"] = controls.enable_thinking
+    if kwargs:
+        body["chat_template_kwargs"] = kwargs
+    else:
+        body.pop("chat_template_kwargs", None)
+    return controls

@@ -137,9 +137,13 @@ def create_app(service: EngineService, *, heartbeat_s: float = HEARTBEAT_S) -> D
         if isinstance(body, ApiError):
             return _error(body)
         if body.messages is not None:
-            rendered = await service.off_loop(
-                service.tokenize_chat, ChatCompletionRequest(messages=body.messages, tools=body.tools)
+            chat = ChatCompletionRequest(
+                messages=body.messages,
+                tools=body.tools,
+                chat_template_kwargs=body.chat_template_kwargs,
+                reasoning_effort=body.reasoning_effort,
             )
+            rendered = await service.off_loop(service.tokenize_chat, chat)
             if isinstance(rendered, ApiError):
                 return _error(rendered)
             ids = rendered

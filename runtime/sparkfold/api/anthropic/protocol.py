@@ -55,6 +55,9 @@ class CountTokensRequest(_Request):
     thinking: dict[str, Any] | None = None
     tool_choice: dict[str, Any] | None = None
     tools: Tools | None = None
+    output_config: dict[str, Any] | None = Field(
+        None, description="`effort` counts as the reply's (`format` does not change the prompt)"
+    )
 
 
 class CountTokensResponse(BaseModel):
@@ -64,7 +67,8 @@ class CountTokensResponse(BaseModel):
 class Usage(BaseModel):
     input_tokens: int = 0
     output_tokens: int = 0
-    cache_read_input_tokens: int | None = None
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
 
 
 class MessagesResponse(BaseModel):

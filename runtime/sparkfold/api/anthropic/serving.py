@@ -7,10 +7,17 @@ from typing import Any
 
 from sparkfold.api.anthropic.protocol import CountTokensRequest, MessagesRequest
 from sparkfold.api.anthropic.stream import anthropic_sse
-from sparkfold.api.anthropic.translate import from_chat, prompt_of, redacted_blocks, to_chat
+from sparkfold.api.anthropic.translate import (
+    from_chat,
+    prompt_of,
+    reasoning_fields,
+    redacted_blocks,
+    to_chat,
+)
 from sparkfold.api.context import CallContext
 from sparkfold.api.errors import ApiError, InvalidRequest
 from sparkfold.api.openai.serving import ChatServing, log_ignored, tokenizer_call
+from sparkfold.api.reasoning import resolve_reasoning
 from sparkfold.api.upstream import Engine
 from sparkfold.asgi import EventStream
 from sparkfold.protocol import TokenizeResponse, ignored_summary
@@ -89,7 +96,8 @@ def _tokenize_body(request: MessagesRequest | CountTokensRequest) -> dict[str, A
     if isinstance(prompt, InvalidRequest):
         return prompt
     messages, tools = prompt
-    body: dict[str, Any] = {"messages": messages}
+    body: dict[str, Any] = {"messages": messages, **reasoning_fields(request)}
     if tools and (request.tool_choice or {}).get("type") != "none":
         body["tools"] = tools  # the prompt shows them: they count
-    return body
+    switches = resolve_reasoning(body, thinking=body.pop("thinking", None))  # as the reply renders
+    return switches if isinstance(switches, InvalidRequest) else body

@@ -24,6 +24,7 @@ __all__ = [
     "chat_tools",
     "from_chat",
     "prompt_of",
+    "reasoning_fields",
     "redacted_blocks",
     "to_chat",
     "to_chat_messages",
@@ -210,6 +211,19 @@ def prompt_of(
     return messages, tools
 
 
+def reasoning_fields(request: MessagesRequest | CountTokensRequest) -> dict[str, Any]:
+    """The request's reasoning switches as chat fields (``thinking``, ``reasoning_effort`` from
+    ``output_config.effort``), resolved by :func:`sparkfold.api.reasoning.resolve_reasoning`: the
+    reply's and its count's alike."""
+    fields: dict[str, Any] = {}
+    if request.thinking is not None:
+        fields["thinking"] = request.thinking
+    effort = (request.output_config or {}).get("effort")
+    if effort is not None:
+        fields["reasoning_effort"] = effort
+    return fields
+
+
 def _tool_choice(choice: dict[str, Any] | None) -> tuple[Any, bool | None] | InvalidRequest:
     if choice is None:
         return None, None
@@ -282,11 +296,8 @@ def to_chat(request: MessagesRequest) -> ChatCompletionRequest | InvalidRequest:
         fields["tool_choice"] = choice[0]
     if choice[1] is not None:
         fields["parallel_tool_calls"] = choice[1]
-    if request.thinking is not None:
-        fields["thinking"] = request.thinking  # read by the reasoning controls
+    fields |= reasoning_fields(request)
     config = request.output_config or {}
-    if config.get("effort") is not None:
-        fields["reasoning_effort"] = config["effort"]
     if config.get("format") is not None:
         response_format = _response_format(config["format"])
         if isinstance(response_format, InvalidRequest):

@@ -28,7 +28,7 @@ from sparkfold.api.openai.protocol import (
     ModelList,
     TokenizeRequest,
 )
-from sparkfold.api.reasoning import reasoning_controls
+from sparkfold.api.reasoning import ReasoningControls, resolve_reasoning
 from sparkfold.api.tools import Toolbox
 from sparkfold.api.upstream import Engine
 from sparkfold.asgi import EventStream
@@ -109,6 +109,13 @@ def refuse_unserved(request: ChatCompletionRequest) -> ClientError | None:
     return None
 
 
+def _resolve_reasoning(request: BaseModel, body: dict[str, Any]) -> ReasoningControls | ClientError:
+    """``body``'s reasoning switches as the engine reads them, from every spelling ``request`` used
+    (its ``thinking`` and ``reasoning`` extras too): the same for a reply and for a count."""
+    extra = request.model_extra or {}
+    return resolve_reasoning(body, thinking=extra.get("thinking"), reasoning=extra.get("reasoning"))
+
+
 def _include_usage(body: dict[str, Any]) -> bool:
     options = body.get("stream_options")
     return isinstance(options, dict) and bool(options.get("include_usage"))
@@ -152,32 +159,14 @@ class ChatServing:
         error = check_priority(request.priority) or check_media(request.messages, self.limits)
         if error is not None:
             return error
-        extra = request.model_extra or {}
-        kwargs = dict(request.chat_template_kwargs or {})
-        controls = reasoning_controls(
-            reasoning_effort=request.reasoning_effort,
-            template_kwargs=kwargs,
-            thinking=extra.get("thinking"),
-            reasoning=extra.get("reasoning"),
-        )
+        body = _known_fields(request)
+        controls = _resolve_reasoning(request, body)
         if isinstance(controls, ClientError):
             return controls
         log_ignored(request, call, _CONSUMED)
-        body = _known_fields(request)
         body.setdefault("model", self.served_name)
-        body.pop("reasoning_effort", None)
-        kwargs.pop("thinking", None)
-        kwargs.pop("reasoning_effort", None)
-        if controls.effort is not None:
-            body["reasoning_effort"] = controls.effort
-        if controls.enable_thinking is not None:
-            kwargs["enable_thinking"] = controls.enable_thinking
         if controls.budget is not None and "thinking_budget" not in body:
             body["thinking_budget"] = controls.budget
-        if kwargs:
-            body["chat_template_kwargs"] = kwargs
-        else:
-            body.pop("chat_template_kwargs", None)
         return PreparedChat(body, Toolbox(request.tools))
 
     async def complete(self, prepared: PreparedChat, call: CallContext) -> dict[str, Any] | ApiError:
@@ -363,8 +352,12 @@ class UtilityServing:
             refused = check_media(request.messages, self.limits)
             if refused is not None:
                 return refused
-        log_ignored(request, call)
-        return await tokenizer_call(self.engine, call, "/tokenize", _known_fields(request), TokenizeResponse)
+        body = _known_fields(request)
+        controls = _resolve_reasoning(request, body)  # the prompt renders as the reply's would
+        if isinstance(controls, ClientError):
+            return controls
+        log_ignored(request, call, _CONSUMED)
+        return await tokenizer_call(self.engine, call, "/tokenize", body, TokenizeResponse)
 
     async def detokenize(self, request: DetokenizeRequest, call: CallContext) -> dict[str, Any] | ApiError:
         log_ignored(request, call)
