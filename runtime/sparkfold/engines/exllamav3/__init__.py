@@ -6,6 +6,7 @@ exactly as for the CPU engine, so the gateway cannot tell the two apart. One mod
 ``availability``  importing exllamav3 (and torch with CUDA) only when the engine starts
 ``sizing``        the KV pool and the request window, from free memory (pure)
 ``jobs``          one request as an exllamav3 ``Job`` (sampler, stops, grammar filter)
+``logprobs``      exllamav3's per-token probabilities as log-probabilities
 ``vision``        pictures: their placeholder runs and embeddings
 ``generator``     the engine thread over exllamav3's generator(s)
 ``loading``       :func:`load`: model, drafts, vision tower, pools, generator

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparkfold.engines.exllamav3.jobs import job_for
+from sparkfold.engines.exllamav3.logprobs import LOG_ZERO, token_logprobs
 from sparkfold.engines.exllamav3.vision import splice_embeddings
-from sparkfold.engines.generator import CapacityError, EngineFailure, GenerationReport
+from sparkfold.engines.generator import CapacityError, EngineFailure, GenerationReport, TokenLogprob
 from sparkfold.engines.threaded import Job, ThreadedEngine
 from sparkfold.glm.tokens import IMAGE
 
@@ -59,6 +60,8 @@ class Exllamav3Generator(ThreadedEngine[_Request]):
 
     backend = "exllamav3"
     job_type = _Request
+    supports_logprobs = True
+    """From exllamav3's own per-token probabilities (:mod:`~sparkfold.engines.exllamav3.logprobs`)."""
 
     def __init__(
         self,
@@ -249,13 +252,20 @@ class Exllamav3Generator(ThreadedEngine[_Request]):
             self.totals["drafted"] += report.drafted
             self.totals["accepted"] += report.accepted
         ids = result.get("token_ids")
+        wants = request.params.logprobs is not None
+        entries = token_logprobs(result) if wants else []
         if ids is not None:
-            for token in ids.flatten().tolist():
+            for index, token in enumerate(ids.flatten().tolist()):
+                if wants:  # before the token: the server reads its entry when the token arrives
+                    request.params.logprobs_out.append(entries[index])
                 request.last = int(token)
                 request.emit(int(token))
         if not done:
             return
         stop = result.get("eos_triggering_token_id")
         if result.get("eos_reason") == "stop_token" and stop is not None and request.last != stop:
+            if wants:  # the stop token's probabilities are in the held block, with the token
+                held = token_logprobs(result.get("held") or {})
+                request.params.logprobs_out.append(held[-1] if held else TokenLogprob(int(stop), LOG_ZERO))
             request.emit(int(stop))  # exllamav3 holds the stop token back; the server ends on it
         self._end(request, None)

@@ -1,10 +1,11 @@
-"""One request as an exllamav3 ``Job``: sampler, stop conditions, grammar filter, pictures."""
+"""One request as an exllamav3 ``Job``: sampler, stop conditions, grammar filter, pictures, probabilities."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
+from sparkfold.engines.exllamav3.logprobs import job_kwargs
 from sparkfold.engines.generator import SamplingParams
 
 __all__ = ["LOOP_GUARD", "job_for", "matcher_filter", "sampler_for", "stop_ids"]
@@ -103,6 +104,7 @@ def job_for(
         "seed": params.seed,
         "stop_conditions": stop_ids(params, eos_token_ids),
         "decode_special_tokens": True,
+        **job_kwargs(params.logprobs),
     }
     if params.constraint is not None:
         kwargs["filters"] = [matcher_filter(exl, tokenizer, params.constraint)]
