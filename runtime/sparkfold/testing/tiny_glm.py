@@ -1,6 +1,7 @@
 """A tiny random GLM-5.3-Flash: the real architecture at toy size, in the published layout.
 
-``python -m sparkfold.testing.tiny_glm DIR [--seed N] [--decisive]`` writes:
+``python -m sparkfold.testing.tiny_glm DIR [--seed N] [--decisive] [--drafter DIR2]`` writes
+(``--drafter``: also a tiny DFlash2 drafter for it in DIR2, :mod:`sparkfold.testing.tiny_dflash2`):
 
 * ``config.json``: ``Glm5NextForConditionalGeneration`` with a ``text_config`` as published
   checkpoints write it (``layer_types`` with ``deepseek_sparse_attention``, a
@@ -45,7 +46,16 @@ import click
 from sparkfold.glm.render import default_template
 from sparkfold.glm.tokens import ENDOFTEXT, SPECIAL_TOKENS, special_token_ids
 
-__all__ = ["SIZES", "SPECIAL_BASE", "VOCAB_SIZE", "command", "successors", "tiny_config", "write_tiny_glm"]
+__all__ = [
+    "SIZES",
+    "SPECIAL_BASE",
+    "VOCAB_SIZE",
+    "command",
+    "successors",
+    "tiny_config",
+    "write_drafter",
+    "write_tiny_glm",
+]
 
 VOCAB_SIZE = 1024
 SPECIAL_BASE = VOCAB_SIZE - 60  # the published vocabulary also ends 60 ids after <|endoftext|>
@@ -411,9 +421,26 @@ def write_tiny_glm(
     show_default=True,
     help="tiny (tests) or bench (~2.1B parameters, dense MLPs: the GPU is the bottleneck)",
 )
-def command(directory: Path, seed: int, decisive: bool, size: str) -> None:
+@click.option(
+    "--drafter",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    metavar="DIR2",
+    help="also write a tiny DFlash2 drafter of this model to DIR2",
+)
+def command(directory: Path, seed: int, decisive: bool, size: str, drafter: Path | None) -> None:
     """Write the tiny random GLM-5.3-Flash test model to DIR."""
     click.echo(write_tiny_glm(directory, seed=seed, decisive=decisive, size=size))
+    if drafter is not None:
+        click.echo(write_drafter(drafter, size=size, seed=seed))
+
+
+def write_drafter(directory: str | Path, *, size: str = "tiny", seed: int = 0) -> Path:
+    """The tiny DFlash2 drafter of the ``size`` model (:mod:`sparkfold.testing.tiny_dflash2`)."""
+    from sparkfold.testing.tiny_dflash2 import write_dflash2_drafter
+
+    mask = special_token_ids(SPECIAL_BASE)["[MASK]"]
+    return write_dflash2_drafter(directory, tiny_config(size), mask, seed=seed)
 
 
 if __name__ == "__main__":
