@@ -39,6 +39,7 @@ from sparkfold.api.lanes import TOKENIZER_LANES, TOKENIZER_QUEUE, Lanes
 from sparkfold.api.limits import MediaLimits
 from sparkfold.api.metrics import Metrics
 from sparkfold.api.middleware import Admission, Auth, BodyLimit, Observe, RequestId, ServerErrors
+from sparkfold.api.middleware.auth import is_preflight
 from sparkfold.api.openai import routes as openai_routes
 from sparkfold.api.openai.serving import ChatServing, CompletionServing, UtilityServing
 from sparkfold.api.responses import routes as responses_routes
@@ -143,6 +144,12 @@ def _install_error_handlers(app: FastAPI, routes: Sequence[BaseRoute]) -> None:
             error = ClientError(
                 f"{request.method} is not served on {request.url.path}; it answers {', '.join(allowed)} "
                 "(see /docs)"
+                + (
+                    "; this is a CORS preflight, and CORS is off: set [api] cors_allowed_origins to "
+                    "let browsers call the API"
+                    if is_preflight(request.scope)
+                    else ""
+                )
             )
             error.status = 405
         else:

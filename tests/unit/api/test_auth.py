@@ -93,3 +93,26 @@ def test_cors_preflight_needs_no_key_and_only_allowed_origins_get_headers(
 def test_no_cors_headers_unless_configured(gateway: Running) -> None:
     reply = gateway.http.get("/v1/models", headers={"origin": "https://app.example"})
     assert "access-control-allow-origin" not in reply.headers
+
+
+PREFLIGHT = {
+    "origin": "https://app.example",
+    "access-control-request-method": "POST",
+    "access-control-request-headers": "authorization,content-type",
+}
+
+
+def test_a_preflight_is_never_refused_for_want_of_a_key_even_with_cors_off(
+    start_gateway: Callable[..., Running], keys_file: Path
+) -> None:
+    """A browser sends a preflight without credentials: with CORS off it gets what a Starlette app
+    without CORSMiddleware answers (405, no CORS headers: the browser refuses the call), not a 401."""
+    gateway = start_gateway(api_keys_file=str(keys_file))
+    preflight = gateway.http.options("/v1/chat/completions", headers=PREFLIGHT)
+    assert preflight.status_code == 405, preflight.text
+    assert "cors_allowed_origins" in preflight.json()["error"]["message"]
+    assert not any(name.startswith("access-control-") for name in preflight.headers)
+    plain = gateway.http.options("/v1/chat/completions", headers={"origin": "https://app.example"})
+    assert plain.status_code == 401  # an OPTIONS that is no preflight still needs a key
+    post = gateway.http.post("/v1/chat/completions", headers=PREFLIGHT, json={})
+    assert post.status_code == 401  # preflight headers on another method open nothing

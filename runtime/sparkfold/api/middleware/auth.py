@@ -4,6 +4,12 @@ An accepted key's digest becomes the request's tenant (``scope["state"]["tenant"
 request stores (``/v1/responses``) belongs to it. Without keys everyone is the one tenant ``""``.
 ``scope["state"]["trusted"]`` says a request may see the whole ``/health`` (an accepted key, or
 keys not in force).
+
+A CORS preflight (``OPTIONS`` with ``Origin`` and ``Access-Control-Request-Method``) never carries
+credentials (the Fetch standard sends it without them), so it is never refused for want of a key:
+with CORS on, the CORS middleware outside answers it before it gets here; with CORS off it goes on
+to the router, which serves no ``OPTIONS`` and answers 405 without CORS headers, as a Starlette app
+without ``CORSMiddleware`` does: the browser then refuses the cross-origin call itself.
 """
 
 from __future__ import annotations
@@ -28,6 +34,12 @@ def presented_key(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
     return None
 
 
+def is_preflight(scope: Scope) -> bool:
+    """A CORS preflight, as Starlette's ``CORSMiddleware`` tells one (plus the ``Origin`` it needs)."""
+    names = {name for name, _ in scope["headers"]}
+    return scope["method"] == "OPTIONS" and {b"origin", b"access-control-request-method"} <= names
+
+
 class Auth(HttpMiddleware):
     """Refuse requests without an accepted key while ``keys`` holds any (or ``required`` is set)."""
 
@@ -43,7 +55,8 @@ class Auth(HttpMiddleware):
             await self.app(scope, receive, send)
             return
         key = presented_key(scope["headers"])
-        if scope["path"] in self.open_paths:  # answered anyway; a valid key sees more (/health)
+        # answered anyway (a preflight has no key to give); a valid key sees more (/health)
+        if scope["path"] in self.open_paths or is_preflight(scope):
             if key is not None and self.keys.accepts(key):
                 scope.setdefault("state", {})["trusted"] = True
             await self.app(scope, receive, send)
