@@ -17,6 +17,11 @@ TOP = 5
 ASK = [{"role": "user", "content": "Name the colours of the rainbow"}]
 
 
+def described(entries: int, completion_tokens: int) -> bool:
+    """One entry per reply token; the token that ends a reply (counted in usage) has none."""
+    return entries > 0 and completion_tokens - 1 <= entries <= completion_tokens
+
+
 def check_entries(content: list[dict[str, Any]]) -> None:
     """Each token: a log-probability <= 0 and TOP alternatives, best first, whose probabilities sum
     to <= 1; at temperature 0 the token is the likeliest one."""
@@ -61,7 +66,7 @@ def test_chat_logprobs_streamed_and_not_agree(
     reply = response.json()
     content = reply["choices"][0]["logprobs"]["content"]
     check_entries(content)
-    assert len(content) == reply["usage"]["completion_tokens"]  # the decisive fixture never stops early
+    assert described(len(content), reply["usage"]["completion_tokens"])
     stream = [
         e
         for c in streamed(any_client, "/v1/chat/completions", body)
@@ -78,7 +83,7 @@ def test_completion_logprobs_streamed_and_not_agree(any_client: httpx.Client) ->
     assert response.status_code == 200, response.text
     choice = response.json()["choices"][0]
     columns = choice["logprobs"]
-    assert len(columns["tokens"]) == response.json()["usage"]["completion_tokens"]
+    assert described(len(columns["tokens"]), response.json()["usage"]["completion_tokens"])
     for logprob, top in zip(columns["token_logprobs"], columns["top_logprobs"], strict=True):
         assert logprob <= 0 and 0 < len(top) <= TOP  # distinct token texts (a dict)
         assert sum(math.exp(v) for v in top.values()) <= 1 + 1e-4
