@@ -140,6 +140,7 @@ def _ready_info(generator: Any) -> dict[str, Any]:
         "supports_logprobs": bool(getattr(generator, "supports_logprobs", False)),
         "glm": getattr(generator, "glm", None) is not None,
         "pictures_merge_size": getattr(_pictures(generator), "merge_size", None),
+        "pictures_temporal_patch_size": getattr(_pictures(generator), "temporal_patch_size", None),
         "pid": os.getpid(),
         "status": _status(generator),
     }

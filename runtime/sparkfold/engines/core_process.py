@@ -77,6 +77,8 @@ class CoreClient(HfTokenizer):
         self.supports_logprobs: bool = info["supports_logprobs"]
         self.pictures_merge_size: int | None = info.get("pictures_merge_size")
         """Set when the core's engine has a vision tower (exllamav3): :meth:`measure_pictures` works."""
+        self.pictures_temporal_patch_size: int = info.get("pictures_temporal_patch_size") or 2
+        """Frames per temporal group of that tower (a clip's groups in the prompt)."""
         self.stall_s = 300.0
         self.glm: Any = None
         self._status: dict[str, Any] = info["status"]
@@ -146,7 +148,9 @@ class CoreClient(HfTokenizer):
 
         from sparkfold.engines.exllamav3.vision import RemoteVisionPreprocessor
 
-        return RemoteVisionPreprocessor(self.measure_pictures, self.pictures_merge_size, torch)
+        return RemoteVisionPreprocessor(
+            self.measure_pictures, self.pictures_merge_size, torch, self.pictures_temporal_patch_size
+        )
 
     def measure_pictures(self, images: Sequence[Any]) -> list[list[int]]:
         """Each picture's patch grid, from the core's vision tower (a request thread waits for it).

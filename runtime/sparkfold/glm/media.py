@@ -259,7 +259,8 @@ def _decode_video(part: MediaPart, data: bytes, limits: MediaLimits) -> Video:
                     if len(frames) > limits.max_video_frames:
                         raise MediaError(
                             f"the video is longer than {limits.max_video_frames} frames at "
-                            f"{limits.video_fps:g} frames/s; send a shorter clip",
+                            f"{limits.video_fps:g} frames/s (max_video_frames, video_fps); "
+                            "send a shorter clip",
                             part.param,
                         )
             total = index + 1 if frames else 0  # frames decoded, picked or not
@@ -340,8 +341,13 @@ def vision_inputs(
             return_metadata=True,
         )
         counts = [int(thw.prod()) // merge for thw in out["video_grid_thw"]]
-        if any(c > limits.max_video_tokens for c in counts):
-            raise MediaError(f"a video takes more than {limits.max_video_tokens} tokens; send a shorter clip")
+        over = next((c for c in counts if c > limits.max_video_tokens), None)
+        if over is not None:
+            raise MediaError(
+                f"the video takes {over} tokens, more than {limits.max_video_tokens} per clip "
+                "(max_video_tokens); send a shorter clip",
+                param="messages",
+            )
         total += sum(counts)
         structures = [
             _video_structure(

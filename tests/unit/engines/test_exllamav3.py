@@ -459,7 +459,7 @@ class FakeVision:
 
     def __init__(self) -> None:
         self.next_index = 1_000_000_000
-        self.config = SimpleNamespace(vision=SimpleNamespace(spatial_merge_size=2))
+        self.config = SimpleNamespace(vision=SimpleNamespace(spatial_merge_size=2, temporal_patch_size=2))
 
     def preprocess(self, image: int) -> tuple[None, None, tuple[int, int, int]]:
         return None, None, (1, 2, 2 * image)
@@ -472,7 +472,7 @@ class FakeVision:
 
 class PictureTok(Tok):
     def convert_tokens_to_ids(self, token: str) -> int:
-        return 7
+        return {"<|begin_of_video|>": 8, "<|end_of_video|>": 9}.get(token, 7)  # 7: <|image|>
 
 
 def with_vision(fake: FakeGenerator, vision: FakeVision, glm: Any = None) -> backend.Exllamav3Generator:

@@ -7,7 +7,7 @@ exactly as for the CPU engine, so the gateway cannot tell the two apart. One mod
 ``sizing``        the KV pool and the request window, from free memory (pure)
 ``jobs``          one request as an exllamav3 ``Job`` (sampler, stops, grammar filter)
 ``logprobs``      exllamav3's per-token probabilities as log-probabilities
-``vision``        pictures: their placeholder runs and embeddings
+``vision``        pictures and video clips: their placeholder runs and embeddings
 ``generator``     the engine thread over exllamav3's generator(s)
 ``loading``       :func:`load`: model, drafts, vision tower, pools, generator
 """
@@ -27,7 +27,12 @@ from sparkfold.engines.exllamav3.sizing import (
     round_pages,
     weight_bytes,
 )
-from sparkfold.engines.exllamav3.vision import VisionPreprocessor, splice_embeddings
+from sparkfold.engines.exllamav3.vision import (
+    VisionPreprocessor,
+    embed_video,
+    prompt_spans,
+    splice_embeddings,
+)
 
 __all__ = [
     "PAGE_TOKENS",
@@ -38,11 +43,13 @@ __all__ = [
     "PoolTooSmall",
     "VisionPreprocessor",
     "cache_layer",
+    "embed_video",
     "import_exllamav3",
     "job_for",
     "load",
     "matcher_filter",
     "plan_pool",
+    "prompt_spans",
     "request_window",
     "round_pages",
     "sampler_for",

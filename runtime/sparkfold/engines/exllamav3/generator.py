@@ -18,10 +18,10 @@ from typing import Any
 
 from sparkfold.engines.exllamav3.jobs import job_for
 from sparkfold.engines.exllamav3.logprobs import LOG_ZERO, token_logprobs
-from sparkfold.engines.exllamav3.vision import splice_embeddings
+from sparkfold.engines.exllamav3.vision import embed_video, prompt_spans, splice_embeddings
 from sparkfold.engines.generator import CapacityError, EngineFailure, GenerationReport, TokenLogprob
 from sparkfold.engines.threaded import Job, ThreadedEngine
-from sparkfold.glm.tokens import IMAGE
+from sparkfold.glm.tokens import BEGIN_OF_VIDEO, END_OF_VIDEO, IMAGE
 
 __all__ = ["Exllamav3Generator", "Lane"]
 
@@ -84,8 +84,13 @@ class Exllamav3Generator(ThreadedEngine[_Request]):
         self._exl = exl
         self._vision = vision
         self._image_token: int | None = None
+        self._video_markers = (-1, -1)
         if vision is not None:
             self._image_token = int(tokenizer.convert_tokens_to_ids(IMAGE))
+            self._video_markers = (
+                int(tokenizer.convert_tokens_to_ids(BEGIN_OF_VIDEO)),
+                int(tokenizer.convert_tokens_to_ids(END_OF_VIDEO)),
+            )
         self._torch = torch
         self._lanes = {lane.name: lane for lane in lanes}
         self._main = lanes[0]
@@ -227,15 +232,26 @@ class Exllamav3Generator(ThreadedEngine[_Request]):
         self._take_snapshot()
 
     def _embed_pictures(self, request: _Request) -> tuple[Sequence[int], list[Any] | None]:
-        """The prompt with picture embedding ids spliced in, and the ``MMEmbedding``s (vision tower)."""
-        images = (request.params.prefill_inputs or {}).get("pixel_values")
-        if not images:
+        """The prompt with the embedding ids of its pictures and clips spliced in, and their
+        ``MMEmbedding``s (the vision tower's; one per picture, one per clip)."""
+        inputs = request.params.prefill_inputs or {}
+        images = inputs.get("pixel_values") or []
+        clips = inputs.get("pixel_values_videos") or []
+        if not images and not clips:
             return request.prompt, None
         if self._vision is None or self._image_token is None:
             raise ValueError("this engine has no vision tower")
         tokenizer = self._main.generator.tokenizer
-        embeddings = [self._vision.get_image_embeddings(tokenizer, image) for image in images]
-        spans = [range(e.first_index, e.last_index) for e in embeddings]
+        pictures = [self._vision.get_image_embeddings(tokenizer, image) for image in images]
+        videos = [embed_video(self._vision, self._torch, self._exl.MMEmbedding, frames) for frames in clips]
+        spans = prompt_spans(
+            request.prompt,
+            self._image_token,
+            *self._video_markers,
+            [range(e.first_index, e.last_index) for e in pictures],
+            [groups for _, groups in videos],
+        )
+        embeddings = [*pictures, *(embedding for embedding, _ in videos)]
         return splice_embeddings(request.prompt, self._image_token, spans), embeddings
 
     def _deliver(self, result: dict[str, Any]) -> None:

@@ -101,6 +101,7 @@ def _glm_chat(
         model_dir=directory,
         vocab_size=vocab_size,
         image_processor=preprocessor,
+        video_processor=preprocessor,  # one tower measures pictures and clips (vision.py)
         has_vision=preprocessor is not None,
         limits=MediaLimits.from_settings(settings.media),
         default_thinking=settings.thinking,
@@ -151,6 +152,9 @@ def load(settings: EngineSettings, on_fatal: Callable[[str], None] | None = None
         pp = config.vision_pp
         if pp.max_image_tokens:
             pp.max_image_tokens = min(pp.max_image_tokens, settings.media.max_image_tokens)
+        if hasattr(pp, "max_video_tokens"):  # a clip is scaled into [engine.media]'s budget too
+            limit = settings.media.max_video_tokens
+            pp.max_video_tokens = min(pp.max_video_tokens or limit, limit)
     layer_type, layer_kwargs = cache_layer(exl, x.cache)
     per_token = _bytes_per_token(exl, model, layer_type, layer_kwargs)
     if draft_model is not None:
