@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from gpu_engine import Results, start_engine
+from gpu_engine import VIDEO_LIMITS, Results, start_engine
 
 
 def _cuda() -> bool:
@@ -52,9 +52,13 @@ def results() -> Results:
 @pytest.fixture(scope="session")
 def engine(tmp_path_factory: pytest.TempPathFactory, exl3_model: Path) -> Iterator[str]:
     """The plain engine (no drafts) as configured by default, in an engine core; KDA checkpoints
-    every 2048 prompt tokens so prefixes resume."""
+    every 2048 prompt tokens so prefixes resume; small clip limits (``VIDEO_LIMITS``)."""
     url, proc = start_engine(
-        tmp_path_factory.mktemp("exl3"), exl3_model, "plain", prefill_checkpoint_interval=2048
+        tmp_path_factory.mktemp("exl3"),
+        exl3_model,
+        "plain",
+        media=VIDEO_LIMITS,
+        prefill_checkpoint_interval=2048,
     )
     try:
         yield url
@@ -73,7 +77,11 @@ def in_process_client(tmp_path_factory: pytest.TempPathFactory, exl3_model: Path
     """The plain engine in the server's own process (``[engine] core_process = false``), started
     on first use."""
     url, proc = start_engine(
-        tmp_path_factory.mktemp("exl3-in-process"), exl3_model, "in-process", core_process=False
+        tmp_path_factory.mktemp("exl3-in-process"),
+        exl3_model,
+        "in-process",
+        core_process=False,
+        media=VIDEO_LIMITS,
     )
     try:
         with httpx.Client(base_url=url, timeout=300) as http:

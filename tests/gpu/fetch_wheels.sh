@@ -19,7 +19,7 @@ wheels=(
   pytest pytest-timeout pluggy iniconfig
   jsonschema referencing rpds-py attrs jsonschema-specifications
   openai anthropic httpx2 httpcore2 truststore jiter distro docstring-parser tqdm
-  py-spy
+  py-spy av
 )
 platforms=()
 for n in 2_17 2_24 2_27 2_28 2_31 2_34 2_35; do platforms+=(--platform "manylinux_${n}_${PLATFORM_ARCH}"); done

@@ -24,6 +24,10 @@ class Results:
             (Path(out) / "gpu_results.json").write_text(json.dumps(self.values, indent=2) + "\n")
 
 
+VIDEO_LIMITS = {"max_video_frames": 80, "max_video_tokens": 32}
+"""``[engine.media]`` of the shared engines: small enough that a test clip passes each limit."""
+
+
 def child_env() -> dict[str, str]:
     """The engine child keeps this process's PYTHONPATH (carried wheels, the extension build)."""
     paths = [str(RUNTIME), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
@@ -38,11 +42,13 @@ def start_engine(
     served_name: str = "glm",
     parallel: int = 4,
     core_process: bool | None = None,
+    media: dict[str, Any] | None = None,
     **exllamav3: Any,
 ) -> tuple[str, EngineProcess]:
     """``sparkfold engine`` on the GPU with these ``[engine.exllamav3]`` keys; its URL once healthy.
 
-    ``core_process``: ``[engine] core_process``; None leaves it to the default (on for one GPU)."""
+    ``core_process``: ``[engine] core_process``; None leaves it to the default (on for one GPU).
+    ``media``: ``[engine.media]`` keys."""
     port = free_port()
     tp = int(exllamav3.pop("tp", 1))
     config = write_config(
@@ -58,9 +64,10 @@ def start_engine(
         tp=tp,
         **({} if core_process is None else {"core_process": core_process}),
     )
-    if exllamav3:
-        lines = ["[engine.exllamav3]"] + [f"{key} = {json.dumps(value)}" for key, value in exllamav3.items()]
-        config.write_text(config.read_text() + "\n".join(lines) + "\n")
+    for section, keys in (("exllamav3", exllamav3), ("media", media or {})):
+        if keys:
+            lines = [f"[engine.{section}]"] + [f"{key} = {json.dumps(value)}" for key, value in keys.items()]
+            config.write_text(config.read_text() + "\n".join(lines) + "\n")
     log_dir = Path(os.environ.get("SPARKFOLD_GPU_OUT") or tmp)
     proc = EngineProcess(config, log_dir / f"engine-{name}.log", env=child_env())
     url = f"http://127.0.0.1:{port}"
