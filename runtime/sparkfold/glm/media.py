@@ -241,7 +241,10 @@ def _decode_image(part: MediaPart, image: Image.Image, limits: MediaLimits) -> I
 
 
 def _decode_video(part: MediaPart, data: bytes, limits: MediaLimits) -> Video:
-    import av
+    try:
+        import av
+    except ImportError:  # an install without the exllamav3 extra's PyAV: say so, never a 500
+        raise MediaError("this server cannot decode video (PyAV is not installed)", part.param) from None
 
     frames: list[Image.Image] = []
     try:

@@ -107,16 +107,17 @@ def embed_video(
     patches, size, grid = vision_model.preprocess(list(frames))
     t, h, w = (int(n) for n in grid)
     v = vision_model.config.vision
-    params = {
-        "causal": False,
-        "grid_thw": torch.tensor([[1, h, w]], dtype=torch.int),
-        "inv_freq": _grid_frequencies((1, h, w), v),
-    }
+    frequencies = _grid_frequencies((1, h, w), v)
     rows = h * w
-    groups = [
-        vision_model.forward(patches[g * rows : (g + 1) * rows].unsqueeze(0), params=params).cpu()[0]
-        for g in range(t)
-    ]
+    groups = []
+    for g in range(t):  # fresh params each pass: the tower may keep per-call state in them
+        params = {
+            "causal": False,
+            "grid_thw": torch.tensor([[1, h, w]], dtype=torch.int),
+            "inv_freq": frequencies,
+        }
+        out = vision_model.forward(patches[g * rows : (g + 1) * rows].unsqueeze(0), params=params)
+        groups.append(out.cpu()[0])
     embeddings = torch.cat(groups, dim=0)
     count = int(embeddings.shape[0])
     embedding = mm_embedding(
