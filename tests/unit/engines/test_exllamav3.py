@@ -475,10 +475,12 @@ class PictureTok(Tok):
         return {"<|begin_of_video|>": 8, "<|end_of_video|>": 9}.get(token, 7)  # 7: <|image|>
 
 
-def with_vision(fake: FakeGenerator, vision: FakeVision, glm: Any = None) -> backend.Exllamav3Generator:
+def with_vision(
+    fake: FakeGenerator, vision: FakeVision, glm: Any = None, exl: Any = FAKE_EXL
+) -> backend.Exllamav3Generator:
     """The engine on ``fake`` with the vision tower ``vision`` (and the GLM protocol ``glm``)."""
     return backend.Exllamav3Generator(
-        FAKE_EXL,
+        exl,
         torch,
         [backend.Lane("main", fake, 4096)],
         PictureTok(),

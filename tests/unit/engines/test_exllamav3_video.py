@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import torch
 from tests.unit.engines.test_core_pictures import CoreThread
-from tests.unit.engines.test_exllamav3 import FAKE_EXL, FakeGenerator, FakeVision, PictureTok
+from tests.unit.engines.test_exllamav3 import FAKE_EXL, FakeGenerator, FakeVision, with_vision
 from tests.unit.glm.test_media import mp4
 
 from sparkfold.engines import core_main
@@ -31,7 +31,7 @@ from sparkfold.glm.errors import MediaError
 from sparkfold.glm.media import MediaLimits, collect_media, load_media, vision_inputs
 from sparkfold.glm.render import PromptRenderer
 
-IMAGE, BEGIN_VIDEO, END_VIDEO = 7, 8, 9  # as PictureTok has them
+IMAGE, BEGIN_VIDEO, END_VIDEO = 7, 8, 9  # as test_exllamav3's PictureTok has them
 
 
 class ClipVision(FakeVision):
@@ -80,18 +80,7 @@ def no_exllamav3(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def engine(fake: FakeGenerator, vision: ClipVision, glm: Any = None) -> backend.Exllamav3Generator:
-    return backend.Exllamav3Generator(
-        SimpleNamespace(**vars(FAKE_EXL), MMEmbedding=FakeMMEmbedding),
-        torch,
-        [backend.Lane("main", fake, 4096)],
-        PictureTok(),
-        context_length=2048,
-        parallel=2,
-        eos_token_ids=frozenset({99}),
-        vocab_size=128,
-        glm=glm,
-        vision=vision,
-    )
+    return with_vision(fake, vision, glm, SimpleNamespace(**vars(FAKE_EXL), MMEmbedding=FakeMMEmbedding))
 
 
 def run(generator: Any, prompt: list[int], inputs: dict[str, Any]) -> list[int]:
