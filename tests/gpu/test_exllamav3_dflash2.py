@@ -2,7 +2,8 @@
 ``sparkfold.testing.tiny_dflash2`` (written here, unconverted bf16: it depends only on the tiny
 target's config) in front of the decisive tiny GLM-5.3-Flash, in an engine core (the default).
 Drafted greedy replies equal the ``"draft": false`` ones byte for byte, and drafts are accepted
-(the drafter proposes the decisive target's next token as the first of each block)."""
+(the drafter proposes the decisive target's next token as the first of each block); a drafted
+reply's log-probabilities are the target's (the largest difference to ``"draft": false`` is recorded)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,10 @@ def test_dflash2_drafts_and_greedy_equals_draft_false(
                 for p in PROMPTS
             ]
             health = client.get("/health").json()
+            scored = [
+                complete(client, PROMPTS[0], max_tokens=24, logprobs=5, draft=draft)["choices"][0]["logprobs"]
+                for draft in (True, False)
+            ]
     finally:
         proc.stop()
     pairs = [(ids_of(a), ids_of(b)) for a, b in replies]
@@ -38,3 +43,9 @@ def test_dflash2_drafts_and_greedy_equals_draft_false(
     assert health["drafted_total"] > 0 and health["accepted_total"] > 0
     identical(pairs)
     assert [a["choices"][0]["text"] for a, _ in replies] == [b["choices"][0]["text"] for _, b in replies]
+    drafted, plain = scored
+    results.record(
+        "dflash2_logprob_max_difference",
+        max(abs(a - b) for a, b in zip(drafted["token_logprobs"], plain["token_logprobs"], strict=True)),
+    )
+    assert drafted["tokens"] == plain["tokens"]  # log-probabilities of drafted replies: the target's

@@ -8,10 +8,11 @@ computes both as ``softmax`` of the model's raw logits at that position (float32
 vocabulary past the tokenizer's is ``-inf``): before temperature, top-k, top-p and min-p, and
 before a grammar filter's mask, which the sampler applies to a copy (``CustomSampler.forward``).
 With drafts they come from the verifying forward of the target model, one entry per accepted
-token, so drafted and undrafted replies report the same numbers. That is the model's own
-distribution, as the CPU engine reports it (:func:`sparkfold.engines.sampling.token_logprob`)
-and vLLM by default. The stop token that ends a reply travels in the last result's ``held``
-block; its entry is made too, and the response leaves it out as for the CPU engine.
+token: the distribution of an undrafted reply, up to the rounding of a forward over several
+positions. That is the model's own distribution, as the CPU engine reports it
+(:func:`sparkfold.engines.sampling.token_logprob`) and vLLM by default. The stop token that ends
+a reply travels in the last result's ``held`` block; its entry is made too, and the response
+leaves it out as for the CPU engine.
 """
 
 from __future__ import annotations
