@@ -56,6 +56,12 @@ class GenerationReport:
     """Prompt tokens reused from the engine's prompt cache instead of prefilled."""
     drafted: int = 0
     accepted: int = 0
+    prepare_s: float = 0.0
+    """The engine server's time to parse, render and tokenize the request (before a lane)."""
+    phases_s: dict[str, float] = field(default_factory=dict)
+    """The engine's own per-phase seconds, where it says them (exllamav3: ``queued`` = enqueue
+    to the first prefill chunk, page matching and recurrent-state restore included; ``prefill``
+    = first chunk to first token; ``generate``)."""
 
 
 @dataclass(frozen=True)

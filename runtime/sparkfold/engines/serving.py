@@ -120,6 +120,8 @@ class Outcome:
             "drafted": self.report.drafted,
             "accepted": self.report.accepted,
             "token_sha": digest,
+            "prepare_s": round(self.report.prepare_s, 4),
+            **({"phases_s": {k: round(v, 4) for k, v in self.report.phases_s.items()}} if self.report.phases_s else {}),
         }
 
 
@@ -212,13 +214,14 @@ class EngineService:
 
     def prepare_chat_choices(self, request: ChatCompletionRequest) -> list[Prepared] | ApiError:
         """One prepared reply per choice (``n``), each with its own seed, grammar and parser."""
+        started = time.monotonic()
         out = []
         for one in _choices(request, self.seed):
             prepared = self.prepare_chat(one)
             if isinstance(prepared, ApiError):
                 return prepared
             out.append(prepared)
-        return out
+        return _stamp(out, started)
 
     def prepare_chat(self, request: ChatCompletionRequest) -> Prepared | ApiError:
         error = self._check_common(request)
@@ -309,6 +312,7 @@ class EngineService:
     def prepare_completion(self, request: CompletionRequest) -> list[tuple[Prepared, str]] | ApiError:
         """One prepared reply per prompt and choice (prompt-major, as OpenAI orders ``choices``),
         each with the text ``echo`` puts before it."""
+        started = time.monotonic()
         error = self._check_common(request)
         if error:
             return error
@@ -333,6 +337,7 @@ class EngineService:
                 if isinstance(prepared, ApiError):
                     return prepared
                 out.append((prepared, echo))
+        _stamp([prepared for prepared, _ in out], started)
         return out
 
     def invalid_token_ids(self, ids: list[int]) -> str | None:
@@ -371,7 +376,7 @@ class EngineService:
             min_p=request.min_p or 0.0,
             seed=self.seed if request.seed is None else request.seed,
             ignore_eos=request.ignore_eos,
-            stop_token_ids=self.stop_token_ids,
+            stop_token_ids=frozenset() if request.ignore_eos else self.stop_token_ids,
             draft=getattr(request, "draft", True),
             logprobs=_top_logprobs(request),
         )
@@ -531,6 +536,13 @@ class EngineService:
 
 
 R = TypeVar("R", ChatCompletionRequest, CompletionRequest)
+
+
+def _stamp(prepared: list[Prepared], started: float) -> list[Prepared]:
+    """Record the time since ``started`` (rendering and tokenizing) as each reply's ``prepare_s``."""
+    for one in prepared:
+        one.params.report.prepare_s = time.monotonic() - started
+    return prepared
 
 
 def _choices(request: R, default_seed: int) -> list[R]:

@@ -167,6 +167,9 @@ class FakeGenerator:
                     "cached_tokens": self.cached,
                     "accepted_draft_tokens": 3,
                     "rejected_draft_tokens": 1,
+                    "time_enqueued": 0.5,
+                    "time_prefill": 0.25,
+                    "time_generate": 1.0,
                 }
                 self.jobs.remove(job)
             results.append(result)
@@ -229,6 +232,7 @@ def test_a_request_runs_as_an_exllamav3_job_and_reports_cache_and_drafts() -> No
         generator.close()
     assert tokens == [21, 22, 23, 24, 25]
     assert params.report.cached_tokens == 256 and params.report.drafted == 4 and params.report.accepted == 3
+    assert params.report.phases_s == {"queued": 0.5, "prefill": 0.25, "generate": 1.0}
 
 
 def test_the_stop_token_exllamav3_holds_back_is_handed_to_the_server() -> None:

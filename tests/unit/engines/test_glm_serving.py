@@ -167,3 +167,26 @@ def test_penalties_are_refused_naming_the_field_not_ignored(fake: FakeGenerator,
     refused = client.post("/v1/chat/completions", json={"messages": ASK, penalty: 0.5})
     assert refused.status_code == 400 and refused.json()["error"]["param"] == penalty
     assert client.post("/v1/chat/completions", json={"messages": ASK, penalty: 0}).status_code == 200
+
+
+class _Babbler(ScriptedGlm):
+    """Says its whole script, GLM stop tokens included (a model that runs on past ``<|user|>``)."""
+
+    def reply_ids(self) -> list[int]:
+        return self.encode(self.script)
+
+
+def test_ignore_eos_generates_max_tokens_past_glm_stop_tokens(tiny: Path) -> None:
+    """``ignore_eos``: exactly ``max_tokens`` tokens (vLLM's meaning; benchmarks need equal work), GLM's
+    stop tokens included; without it the reply ends at the first one."""
+    generator = _Babbler(tiny, "Sure.<|user|>and on<|observation|>and on and on")
+    client = TestClient(create_app(EngineService(generator, served_name="glm", max_tokens=256)))
+    script = generator.encode(generator.script)
+    body = {"prompt": "go", "max_tokens": len(script), "temperature": 0}
+    stopped = client.post("/v1/completions", json=body).json()
+    ran_on = client.post("/v1/completions", json={**body, "ignore_eos": True}).json()
+    assert stopped["choices"][0]["finish_reason"] == "stop"
+    assert stopped["usage"]["completion_tokens"] < len(script)
+    assert ran_on["choices"][0]["finish_reason"] == "length"
+    assert ran_on["usage"]["completion_tokens"] == len(script)
+    assert stopped["tensorfold"]["prepare_s"] > 0  # rendering and tokenizing, in the stats block

@@ -264,6 +264,11 @@ class Exllamav3Generator(ThreadedEngine[_Request]):
             report.cached_tokens = int(result.get("cached_tokens", 0))
             report.accepted = int(result.get("accepted_draft_tokens", 0))
             report.drafted = report.accepted + int(result.get("rejected_draft_tokens", 0))
+            report.phases_s = {
+                phase: float(result[f"time_{key}"])
+                for phase, key in (("queued", "enqueued"), ("prefill", "prefill"), ("generate", "generate"))
+                if f"time_{key}" in result
+            }
             self.totals["cached"] += report.cached_tokens
             self.totals["drafted"] += report.drafted
             self.totals["accepted"] += report.accepted
