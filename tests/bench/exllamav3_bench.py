@@ -13,9 +13,12 @@ turns (server, direct, server, direct … at each level), so both see the same G
 Before its first measured round at a level, each side runs one short warm-up round at that
 level (first-use allocations and kernel choices are not what is measured); then ``--rounds``
 measured rounds each, taking turns; each side's median tokens/s and median TTFT count. Every
-prompt is new (no prefix reuse between rounds). Every request generates up to ``--tokens``
-tokens (``ignore_eos``), greedy, and both sides stop on the server's GLM stop tokens
-(:func:`server_stop_ids`): the same tokens on both sides, so the same work.
+prompt is new to its side (no prefix reuse between rounds; a round pair sends both sides the same
+prompts). Every request generates exactly ``--tokens`` tokens, greedy: ``ignore_eos`` on the
+server (no stop token ends a reply), no stop conditions in the direct loop; the same work on
+both sides, checked per round pair (``equal_work``). A ratio whose rounds spread wider than its
+distance from 1 is printed as ``–``; ``python tests/bench/server_vs_direct.py --compare A.json
+B.json`` sets two runs side by side.
 
     python tests/bench/exllamav3_bench.py MODEL_DIR [--json FILE] [--tokens 128] [--rounds 4]
         [--levels 1,4,8,16] [--servers plain,omp,core,core-omp]
@@ -40,7 +43,6 @@ import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 import httpx
 
@@ -68,22 +70,12 @@ class Direct(GeneratorLoop):
             self.model, self.cache, exl.Tokenizer.from_config(config), max_batch_size=max(LEVELS)
         )
         hf = AutoTokenizer.from_pretrained(str(model_dir))
-        super().__init__(exl, torch, generator, hf, server_stop_ids(hf))
+        super().__init__(exl, torch, generator, hf)
 
     def close(self) -> None:
         self.model.unload()
         del self.generator, self.cache, self.model
         self.torch.cuda.empty_cache()
-
-
-def server_stop_ids(hf: Any) -> list[int]:
-    """The GLM stop tokens the engine server ends every reply on (``ignore_eos`` keeps them): the
-    direct loop stops on them too, or a server reply that stopped early (a random-weight fixture
-    says ``<|user|>`` soon enough) would count as the server being slow."""
-    from sparkfold.glm.tokens import STOP_TOKENS
-
-    vocab = hf.get_vocab()
-    return [vocab[token] for token in STOP_TOKENS if token in vocab]
 
 
 def _prefix_reuse(url: str) -> dict[str, float]:

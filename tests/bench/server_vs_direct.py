@@ -3,12 +3,16 @@ that drives the engine directly (no HTTP), measured in turns, level by level.
 
 A direct loop is anything with ``round(texts, tokens) -> {"tok_s": …, "ttft_s": …}`` that runs
 the texts as concurrent jobs of exactly ``tokens`` greedy tokens each. The server side streams the
-same kind of prompts as ``/v1/completions`` with ``ignore_eos``. At each level, each side runs one
-short warm-up round (first-use costs are not what is measured), then ``rounds`` measured rounds
-interleaved (server, direct, server, direct …), so drift on the machine hits both sides alike.
+same prompts as ``/v1/completions`` with ``ignore_eos`` (exactly ``tokens`` tokens: no stop token
+ends a reply on either side, so both do the same work; a round pair whose token counts differ
+is reported as unequal work). At each level, each side runs one short warm-up round (first-use
+costs are not what is measured), then ``rounds`` measured rounds interleaved (server, direct,
+server, direct …), each pair on the same prompts, so drift on the machine hits both sides alike.
 Reported per level: each side's median tok/s and TTFT with the lowest and highest round, and the
 ratio = server / direct as the median of the per-round ratios (each server round over the direct
-round right after it) with its lowest and highest. Every prompt is new.
+round right after it) with its lowest and highest; no ratio is printed (``–``) where the rounds
+spread wider than the ratio's distance from 1 (:func:`verdict`). ``--compare A.json B.json``
+sets two runs side by side, level by level, and calls them agreeing within ±5 %.
 
 The defaults (384 tokens, 4 rounds) are what it takes on the H200's bench-size fixture for two
 runs to agree within ±5 %: rounds of 128 tokens (1.4 to 5 s) scattered by ±30 % from one run to
@@ -35,10 +39,12 @@ __all__ = [
     "GeneratorLoop",
     "Report",
     "add_arguments",
+    "compare",
     "levels",
     "parse_levels",
     "prompts",
     "server_round",
+    "verdict",
 ]
 
 LEVELS = (1, 4, 8, 16)
@@ -54,20 +60,18 @@ class GeneratorLoop:
     """An exllamav3-shaped generator driven directly: a round enqueues its jobs together and
     iterates until done, counting tokens and each job's time to its first one."""
 
-    def __init__(self, exl: Any, torch: Any, generator: Any, hf: Any, stop_ids: Sequence[int] = ()) -> None:
+    def __init__(self, exl: Any, torch: Any, generator: Any, hf: Any) -> None:
         self.exl, self.torch, self.generator, self.hf = exl, torch, generator, hf
-        self.stop_ids = list(stop_ids)
-        """Tokens that end a job (the server's stop tokens, so both sides do the same work)."""
 
     def jobs(self, texts: list[str], tokens: int) -> list[Any]:
-        """One greedy job of exactly ``tokens`` new tokens per text."""
+        """One greedy job of exactly ``tokens`` new tokens per text (no stop conditions)."""
         exl, torch = self.exl, self.torch
         return [
             exl.Job(
                 torch.tensor([self.hf.encode(text)], dtype=torch.long),
                 max_new_tokens=tokens,
                 sampler=exl.ArgmaxSampler(),
-                stop_conditions=list(self.stop_ids),
+                stop_conditions=[],
             )
             for text in texts
         ]
@@ -89,7 +93,7 @@ class GeneratorLoop:
                     generated += int(ids.numel())
                     self.on_tokens(result, ids)
         wall = time.perf_counter() - started
-        return {"tok_s": generated / wall, "ttft_s": statistics.mean(first.values())}
+        return {"tok_s": generated / wall, "ttft_s": statistics.mean(first.values()), "tokens": generated}
 
 
 def prompts(count: int, tag: str) -> list[str]:
@@ -127,6 +131,7 @@ async def server_round(url: str, texts: list[str], tokens: int) -> dict[str, flo
         "tok_s": sum(c for _, c in done) / wall,
         "ttft_s": statistics.mean(t for t, _ in done),
         "wall_s": wall,
+        "tokens": sum(c for _, c in done),
     }
 
 
@@ -141,10 +146,28 @@ def _median(rounds: list[dict[str, float]]) -> dict[str, Any]:
     }
 
 
-def _ratios(runs: dict[str, list[dict[str, float]]]) -> dict[str, float]:
-    """server / direct per round pair (interleaved: each server round with the direct one after it)."""
-    ratios = [s["tok_s"] / d["tok_s"] for s, d in zip(runs["server"], runs["direct"], strict=True)]
-    return {"ratio": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios)}
+def _ratios(runs: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
+    """server / direct per round pair (interleaved: each server round with the direct one after it),
+    and whether every pair generated the same number of tokens."""
+    pairs = list(zip(runs["server"], runs["direct"], strict=True))
+    ratios = [s["tok_s"] / d["tok_s"] for s, d in pairs]
+    equal = all(s.get("tokens") == d.get("tokens") for s, d in pairs)
+    return {
+        "ratio": statistics.median(ratios),
+        "ratio_min": min(ratios),
+        "ratio_max": max(ratios),
+        "equal_work": equal,
+    }
+
+
+def verdict(ratio: float, low: float, high: float, equal_work: bool = True) -> str:
+    """The ratio with its range, or ``–`` and why not: the two sides did different work, or the
+    runs spread wider than the effect (half the range > the ratio's distance from 1)."""
+    if not equal_work:
+        return "– (unequal work)"
+    if (high - low) / 2 > abs(ratio - 1):
+        return f"– ({low:.2f}–{high:.2f}: spread > effect)"
+    return f"{ratio:.2f} ({low:.2f}–{high:.2f})"
 
 
 def levels(
@@ -162,8 +185,9 @@ def levels(
         direct.round(prompts(level, f"warm-d{level}"), WARM_TOKENS)
         runs: dict[str, list[dict[str, float]]] = {"server": [], "direct": []}
         for r in range(rounds):
-            runs["server"].append(asyncio.run(server_round(url, prompts(level, f"s{level}-{r}"), tokens)))
-            runs["direct"].append(direct.round(prompts(level, f"d{level}-{r}"), tokens))
+            texts = prompts(level, f"r{level}-{r}")  # the same prompts on both sides
+            runs["server"].append(asyncio.run(server_round(url, texts, tokens)))
+            runs["direct"].append(direct.round(texts, tokens))
         out[level] = {side: _median(rs) for side, rs in runs.items()}
         out[level] |= {"rounds": runs, **_ratios(runs)}
         on_level(level, out[level])
@@ -193,13 +217,14 @@ class Report:
                 "ratio": sides["ratio"],
                 "ratio_min": sides["ratio_min"],
                 "ratio_max": sides["ratio_max"],
+                "equal_work": sides["equal_work"],
                 "rounds": sides["rounds"],
             }
         )
         cells = [
             f"{d['tok_s']:.0f} ({d['tok_s_min']:.0f}–{d['tok_s_max']:.0f})",
             f"{s['tok_s']:.0f} ({s['tok_s_min']:.0f}–{s['tok_s_max']:.0f})",
-            f"{sides['ratio']:.2f} ({sides['ratio_min']:.2f}–{sides['ratio_max']:.2f})",
+            verdict(sides["ratio"], sides["ratio_min"], sides["ratio_max"], sides["equal_work"]),
             f"{d['ttft_s']:.3f}",
             f"{s['ttft_s']:.3f}",
         ]
@@ -233,3 +258,30 @@ def parse_levels(parser: argparse.ArgumentParser, text: str) -> list[int]:
     if not at or any(n < 1 or n > max(LEVELS) for n in at):
         parser.error(f"--levels: a comma-separated list of concurrencies from 1 to {max(LEVELS)}")
     return at
+
+
+AGREE = 0.05
+"""Two runs agree at a level when their ratios are within ±5 % of each other."""
+
+
+def compare(paths: Sequence[Path]) -> list[str]:
+    """Markdown rows setting several runs' JSON files side by side, level by level: each run's
+    ratio, whether they agree (within ``AGREE``), and the ratio they support together (their
+    median; ``–`` when they spread wider than its distance from 1, or a run did unequal work)."""
+    runs = [{row["concurrent"]: row for row in json.loads(path.read_text())["levels"]} for path in paths]
+    rows = ["| concurrent | ratio per run | runs agree (±5 %) | ratio |", "| --- | --- | --- | --- |"]
+    for level in sorted(set.intersection(*(set(run) for run in runs))):
+        ratios = [run[level]["ratio"] for run in runs]
+        agree = max(ratios) / min(ratios) - 1 <= AGREE
+        equal = all(run[level].get("equal_work", False) for run in runs)
+        shown = verdict(statistics.median(ratios), min(ratios), max(ratios), equal)
+        rows.append(
+            f"| {level} | {' / '.join(f'{r:.2f}' for r in ratios)} | {'yes' if agree else 'no'} | {shown} |"
+        )
+    return rows
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description="set benchmark runs side by side")
+    parser.add_argument("--compare", nargs="+", type=Path, required=True, help="two or more JSON files")
+    print("\n".join(compare(parser.parse_args().compare)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,7 @@ def start_engine(
     *,
     served_name: str = "glm",
     parallel: int = 4,
+    context: int = 16_384,
     core_process: bool | None = None,
     media: dict[str, Any] | None = None,
     **exllamav3: Any,
@@ -57,7 +59,7 @@ def start_engine(
         kind="exllamav3",
         port=port,
         served_name=served_name,
-        context=16_384,
+        context=context,
         max_tokens=64,
         parallel=parallel,
         thinking=False,
@@ -77,3 +79,19 @@ def start_engine(
         proc.stop()
         raise
     return url, proc
+
+
+WORDS = ["amber", "basalt", "cinder", "delta", "ember", "fjord", "granite", "harbor", "iris", "jade"]
+
+
+def text_of(tokenizer: Any, tokens: int, seed: int) -> str:
+    """Random words that ``tokenizer`` reads as ``tokens`` tokens (a few more or less where the cut is
+    read again); another ``seed``, another text (no shared prefix)."""
+    rng = random.Random(seed)
+
+    def words(count: int) -> str:
+        return " ".join(rng.choice(WORDS) + str(rng.randrange(100)) for _ in range(count))
+
+    per_word = len(tokenizer.encode(words(2_000), add_special_tokens=False)) / 2_000
+    ids = tokenizer.encode(f"{seed}: " + words(int(tokens / per_word * 1.05) + 16), add_special_tokens=False)
+    return str(tokenizer.decode(ids[:tokens]))

@@ -14,7 +14,10 @@
 # second time (two runs that must agree); profile profiles the bench-size fixture
 # (tests/bench/exllamav3_profile.py: GPU-busy share, py-spy of the server; PROFILE_ARGS); ab runs
 # tests/bench/exllamav3_ab.py on it (AB_ARGS), cli-bench runs `sparkfold bench` against the engine
-# server on it (tests/bench/exllamav3_cli_bench.py; CLI_BENCH_ARGS). STEPS=none only installs and
+# server on it (tests/bench/exllamav3_cli_bench.py; CLI_BENCH_ARGS). bench-q, bench-q2 and profile-q
+# do the same on its EXL3 conversion (4 bits, bounded by CONVERT_TIMEOUT; LARGE_SIZE=mid picks a
+# ~0.55B fixture that converts faster). long sends ~1M-token requests through the gateway
+# (tests/bench/long_window.py; LONG_TIMEOUT, LONG_ARGS). STEPS=none only installs and
 # imports (on a fresh machine: builds) the extension.
 set -uo pipefail
 OUT=${1:?usage: tests/gpu/run.sh OUT_DIR}
@@ -54,7 +57,7 @@ fi
 
 MODEL=${MODEL_DIR:-$WORK/tiny-glm-exl3}  # MODEL_DIR: a carried conversion (skips ~110 s)
 needs_tiny=0
-for step in $STEPS; do case $step in tests|bench) needs_tiny=1 ;; esac; done
+for step in $STEPS; do case $step in tests|bench|long) needs_tiny=1 ;; esac; done
 if [ "$needs_tiny" = 1 ] && [ ! -f "$MODEL/config.json" ]; then
   log "writing and converting the decisive tiny GLM-5.3-Flash"
   python3 -m sparkfold.testing.tiny_glm "$WORK/tiny-glm" --decisive >>"$OUT/convert.log" 2>&1 &&
@@ -74,13 +77,29 @@ for step in $STEPS; do
       log "benchmark"
       timeout "${BENCH_TIMEOUT:-240}" python3 tests/bench/exllamav3_bench.py "$MODEL" --json "$OUT/bench.json" ${BENCH_ARGS:-} \
         2>&1 | tee "$OUT/bench.log" | tail -20 || rc=1 ;;
-    bench-large|bench-large2|profile|ab|cli-bench)
-      LARGE=$WORK/bench-glm
+    long)
+      log "the long window through the gateway (tests/bench/long_window.py)"
+      timeout "${LONG_TIMEOUT:-420}" python3 tests/bench/long_window.py "$MODEL" "$OUT/long.json" \
+        --budget-s $(( ${LONG_TIMEOUT:-420} - 30 )) ${LONG_ARGS:-} 2>&1 | tee "$OUT/long.log" | tail -30 || rc=1 ;;
+    bench-large|bench-large2|profile|ab|cli-bench|bench-q|bench-q2|profile-q)
+      LARGE=$WORK/bench-glm${LARGE_SIZE:+-$LARGE_SIZE}
       if [ ! -f "$LARGE/config.json" ]; then
-        log "writing the bench-size fixture (bf16, on the GPU)"
-        timeout 200 python3 -m sparkfold.testing.tiny_glm "$LARGE" --size bench >>"$OUT/bench-large.log" 2>&1 ||
+        log "writing the ${LARGE_SIZE:-bench}-size fixture (bf16, on the GPU)"
+        timeout 200 python3 -m sparkfold.testing.tiny_glm "$LARGE" --size "${LARGE_SIZE:-bench}" >>"$OUT/bench-large.log" 2>&1 ||
           { log "writing it failed (bench-large.log)"; rc=1; continue; }
       fi
+      case $step in *-q|*-q2)  # its EXL3 conversion: the quantized path real checkpoints take
+        if [ ! -f "$LARGE-exl3/.converted" ]; then
+          log "converting it to EXL3, 4 bits (bounded by CONVERT_TIMEOUT; a re-run resumes from $LARGE-work)"
+          if timeout "${CONVERT_TIMEOUT:-240}" python3 -m exllamav3.conversion.convert_model -i "$LARGE" \
+              -o "$LARGE-exl3" -w "$LARGE-work" -b 4 -cr 8 -cc 256 >>"$OUT/bench-convert.log" 2>&1; then
+            touch "$LARGE-exl3/.converted"; log "converted"
+          else
+            log "conversion failed or timed out (bench-convert.log)"; tail -5 "$OUT/bench-convert.log"; rc=1; continue
+          fi
+        fi
+        LARGE=$LARGE-exl3 ;;
+      esac
       if [ "$step" = ab ]; then
         log "A/B of exllamav3's own loop, bench-size fixture"
         timeout "${AB_TIMEOUT:-240}" python3 tests/bench/exllamav3_ab.py "$LARGE" --json "$OUT/ab.json" \
@@ -93,17 +112,17 @@ for step in $STEPS; do
           ${CLI_BENCH_ARGS:-} 2>&1 | tee "$OUT/cli-bench.log" | tail -30 || rc=1
         continue
       fi
-      if [ "$step" = profile ]; then
+      if [ "$step" = profile ] || [ "$step" = profile-q ]; then
         log "profile, bench-size fixture"
-        timeout "${PROFILE_TIMEOUT:-300}" python3 tests/bench/exllamav3_profile.py "$LARGE" "$OUT/profile" \
-          ${PROFILE_ARGS:-} 2>&1 | tee "$OUT/profile.log" | tail -30 || rc=1
+        timeout "${PROFILE_TIMEOUT:-300}" python3 tests/bench/exllamav3_profile.py "$LARGE" "$OUT/$step" \
+          ${PROFILE_ARGS:-} 2>&1 | tee "$OUT/$step.log" | tail -30 || rc=1
         continue
       fi
       log "benchmark ($step), bench-size fixture"
       timeout "${BENCH_LARGE_TIMEOUT:-240}" python3 tests/bench/exllamav3_bench.py "$LARGE" \
         --json "$OUT/$step.json" ${BENCH_ARGS:-} 2>&1 | tee -a "$OUT/$step.log" | tail -20 || rc=1 ;;
     none) ;;
-    *) log "unknown step $step (tests bench bench-large bench-large2 profile ab cli-bench none)"; rc=1 ;;
+    *) log "unknown step $step (tests bench long bench-large bench-large2 bench-q bench-q2 profile profile-q ab cli-bench none)"; rc=1 ;;
   esac
 done
 log "done rc=$rc"

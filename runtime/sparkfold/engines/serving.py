@@ -121,7 +121,11 @@ class Outcome:
             "accepted": self.report.accepted,
             "token_sha": digest,
             "prepare_s": round(self.report.prepare_s, 4),
-            **({"phases_s": {k: round(v, 4) for k, v in self.report.phases_s.items()}} if self.report.phases_s else {}),
+            **(
+                {"phases_s": {k: round(v, 4) for k, v in self.report.phases_s.items()}}
+                if self.report.phases_s
+                else {}
+            ),
         }
 
 

@@ -134,9 +134,18 @@ SIZES: dict[str, dict[str, int]] = {
         "lora": 1024,
         "dense_layers": 8,
     },
+    "mid": {
+        "hidden": 2048,
+        "layers": 8,
+        "heads": 16,
+        "intermediate": 8192,
+        "lora": 512,
+        "dense_layers": 8,
+    },
 }
-"""``bench``: ~2.1B parameters (8 layers, hidden 4096, dense MLPs; 4.3 GB in bf16, served as is,
-unconverted), so that a decoding step is mostly GPU work rather than Python (benchmarks);
+"""``bench``: ~2.1B parameters (8 layers, hidden 4096, dense MLPs; 4.3 GB in bf16), so that a
+decoding step is mostly GPU work rather than Python (benchmarks, in bf16 or converted to EXL3);
+``mid``: the same shape at a quarter of the parameters (~0.55B), when a conversion must be quick;
 ``tiny``: seconds to write and convert (tests)."""
 
 
@@ -419,7 +428,7 @@ def write_tiny_glm(
     type=click.Choice(sorted(SIZES)),
     default="tiny",
     show_default=True,
-    help="tiny (tests) or bench (~2.1B parameters, dense MLPs: the GPU is the bottleneck)",
+    help="tiny (tests), bench (~2.1B parameters, dense MLPs: the GPU is the bottleneck) or mid (~0.55B)",
 )
 @click.option(
     "--drafter",
