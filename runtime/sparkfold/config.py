@@ -559,9 +559,10 @@ class ApiSettings(_Section):
     )
     max_store_mib: float = Field(256, gt=0, description="all stored responses together; oldest dropped first")
     max_text_body_mib: float = Field(
-        8,
+        32,
         gt=0,
-        description="a request body less its data: URLs (text, tools, structure), checked before parsing",
+        description="a request body less its data: URLs (text, tools, structure), checked before parsing; "
+        "a 1,048,576-token window of JSON-escaped non-ASCII text is ~9 MiB",
     )
     max_json_values: int = Field(
         524_288, ge=1024, description="objects, arrays and list items of a body (upper bound), before parsing"

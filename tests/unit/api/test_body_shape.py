@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import base64
+import json
 
 from tests.fakes.harness import Running
 from tests.fakes.scripted_engine import ScriptedEngine
 
 from sparkfold.api.body_shape import BodyShape, data_url_bytes
+from sparkfold.config import ApiSettings
 
 MIB = 1 << 20
 
@@ -33,7 +35,7 @@ def test_a_body_of_empty_tools_is_refused_before_it_is_parsed(gateway: Running, 
         "/v1/chat/completions", content=body, headers={"content-type": "application/json"}
     )
     assert response.status_code == 413 and "api.max_json_values" in response.text
-    text = b'{"model": "fake", "messages": [{"role": "user", "content": "' + b"x" * (9 * MIB) + b'"}]}'
+    text = b'{"model": "fake", "messages": [{"role": "user", "content": "' + b"x" * (33 * MIB) + b'"}]}'
     response = gateway.http.post(
         "/v1/chat/completions", content=text, headers={"content-type": "application/json"}
     )
@@ -47,3 +49,13 @@ def test_a_large_picture_is_not_text(gateway: Running, fake: ScriptedEngine) -> 
     body = {"model": "fake", "messages": [{"role": "user", "content": [part]}]}
     response = gateway.http.post("/v1/chat/completions", json=body)
     assert "api.max_text_body_mib" not in response.text and "api.max_json_values" not in response.text
+
+
+def test_a_full_window_of_escaped_non_ascii_text_fits_the_default_shape() -> None:
+    """1.5 million CJK characters (about a 1,048,576-token window) as Python's ``json.dumps``
+    sends them by default: 6 bytes each (``\\uXXXX``), ~9 MiB. The 8 MiB default refused it."""
+    api = ApiSettings()
+    shape = BodyShape(max_text_bytes=int(api.max_text_body_mib * MIB), max_values=api.max_json_values)
+    body = json.dumps({"model": "glm", "messages": [{"role": "user", "content": "汉" * 1_500_000}]}).encode()
+    assert len(body) > 8 * MIB
+    assert shape.check(body) is None
