@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from sparkfold.api.anthropic.protocol import CountTokensRequest, MessagesRequest
 from sparkfold.api.errors import InvalidRequest, untranslatable
+from sparkfold.api.tool_results import orphan_result
 from sparkfold.protocol import ChatCompletionRequest, new_id
 
 __all__ = [
@@ -178,7 +179,24 @@ def to_chat_messages(request: MessagesRequest | CountTokensRequest) -> list[dict
         if isinstance(turn, InvalidRequest):
             return turn
         messages += turn if isinstance(turn, list) else [turn]
+    orphan = orphan_result(messages)
+    if orphan is not None:
+        where = _tool_result_place(request, orphan[1])
+        return InvalidRequest(
+            f"{where}: tool_result's tool_use_id {orphan[1]!r} is the id of no tool_use block of an "
+            "earlier assistant message; a tool_result answers a tool_use the conversation made",
+            param=where,
+        )
     return messages
+
+
+def _tool_result_place(request: MessagesRequest | CountTokensRequest, tool_use_id: str) -> str:
+    """Where the first ``tool_result`` block with ``tool_use_id`` is."""
+    for i, message in enumerate(request.messages):
+        for j, block in enumerate([] if isinstance(message.content, str) else message.content):
+            if isinstance(block, dict) and block.get("tool_use_id") == tool_use_id:
+                return f"messages[{i}].content[{j}]"
+    return "messages"
 
 
 def chat_tools(request: MessagesRequest | CountTokensRequest) -> list[dict[str, Any]] | InvalidRequest | None:

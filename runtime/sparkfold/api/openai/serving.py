@@ -29,6 +29,7 @@ from sparkfold.api.openai.protocol import (
     TokenizeRequest,
 )
 from sparkfold.api.reasoning import ReasoningControls, resolve_reasoning
+from sparkfold.api.tool_results import orphan_result
 from sparkfold.api.tools import Toolbox
 from sparkfold.api.upstream import Engine
 from sparkfold.asgi import EventStream
@@ -160,6 +161,14 @@ class ChatServing:
         if error is not None:
             return error
         body = _known_fields(request)
+        orphan = orphan_result(body["messages"])
+        if orphan is not None:
+            where = f"messages[{orphan[0]}].tool_call_id"
+            return InvalidRequest(
+                f"{where}: {orphan[1]!r} is the id of no tool call of an earlier assistant message; "
+                "a tool message answers one of the tool_calls the conversation made",
+                param=where,
+            )
         controls = _resolve_reasoning(request, body)
         if isinstance(controls, ClientError):
             return controls

@@ -9,6 +9,7 @@ from pydantic import ValidationError
 
 from sparkfold.api.errors import InvalidRequest, untranslatable
 from sparkfold.api.responses.protocol import INCLUDE_VALUES, ResponsesRequest
+from sparkfold.api.tool_results import orphan_result
 from sparkfold.protocol import ChatCompletionRequest, new_id
 
 __all__ = [
@@ -171,6 +172,13 @@ def to_chat(
     tools = _tools(request.tools)
     if isinstance(tools, InvalidRequest):
         return tools
+    orphan = orphan_result(history + messages)
+    if orphan is not None:
+        return InvalidRequest(
+            f"no function call found for the function_call_output with call_id {orphan[1]!r}: a "
+            "function_call_output answers a function_call of the input or of the previous response",
+            param="input",
+        )
     fields: dict[str, Any] = {
         "messages": instructions_of(request) + history + messages,
         "stream": request.stream,
