@@ -159,6 +159,40 @@ def test_json_schema_output_validates_on_every_seed(client: httpx.Client) -> Non
         jsonschema.validate(json.loads(choice["message"]["content"]), SCHEMA)
 
 
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_grammar_no_finite_string_matches_is_a_400(client: httpx.Client, temperature: float) -> None:
+    body = {
+        "messages": [{"role": "user", "content": "Say a."}],
+        "max_tokens": 4,
+        "temperature": temperature,
+        "guided_grammar": 'root ::= root "a"',
+    }
+    response = client.post("/v1/chat/completions", json=body)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["param"] == "guided_grammar" and error["message"].startswith("no finite string matches")
+    assert client.get("/health").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("extra", "pattern"),
+    [
+        ({"guided_grammar": 'root ::= "The answer is " ("yes" | "no") "."'}, r"The answer is (yes|no)\."),
+        ({"guided_regex": "[A-Z][a-z]{2,8}"}, r"[A-Z][a-z]{2,8}"),
+        ({"guided_choice": ["Paris", "Lyon", "Nice"]}, r"Paris|Lyon|Nice"),
+    ],
+)
+def test_at_temperature_0_the_content_matches_the_constraint(
+    client: httpx.Client, extra: dict[str, Any], pattern: str
+) -> None:
+    import re
+
+    ask = [{"role": "user", "content": "Answer."}]
+    answer = chat(client, ask, max_tokens=32, reasoning_effort="none", **extra)
+    choice = answer["choices"][0]
+    assert choice["finish_reason"] == "stop" and re.fullmatch(pattern, choice["message"]["content"]), choice
+
+
 @pytest.mark.parametrize("drafts", [{"mtp": True}, {"ngram": 2}], ids=["mtp", "ngram"])
 def test_drafted_greedy_equals_draft_false(
     tmp_path: Path, exl3_model: Path, results: Results, drafts: dict[str, Any]

@@ -106,3 +106,50 @@ def test_the_conformance_suite_passes(server: str) -> None:
 
     failed = [f"{r.name}: {r.detail}" for r in run(server) if not r.passed]
     assert not failed
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_grammar_no_finite_string_matches_is_a_400(client: openai.OpenAI, temperature: float) -> None:
+    # main: 502 "probability tensor contains either inf, nan or element < 0" (sampled), or a 200
+    # whose content was <|endoftext|> three times (greedy)
+    with pytest.raises(openai.BadRequestError) as error:
+        client.chat.completions.create(
+            model="smol",
+            messages=QUESTION,
+            temperature=temperature,
+            max_tokens=3,
+            extra_body={"guided_grammar": 'root ::= root "a"'},
+        )
+    body = error.value.body
+    assert isinstance(body, dict) and body["param"] == "guided_grammar"
+    assert body["message"].startswith("no finite string matches this grammar")
+
+
+@pytest.mark.parametrize(
+    ("extra", "pattern"),
+    [
+        ({"guided_grammar": 'root ::= "The answer is " ("yes" | "no") "."'}, r"The answer is (yes|no)\."),
+        ({"guided_regex": "[A-Z][a-z]{2,8}"}, r"[A-Z][a-z]{2,8}"),
+        ({"guided_choice": ["Paris", "Lyon", "Nice"]}, r"Paris|Lyon|Nice"),
+        (
+            {
+                "guided_json": {
+                    "type": "object",
+                    "properties": {"c": {"type": "string", "maxLength": 12}},
+                    "required": ["c"],
+                }
+            },
+            r'\{"c": ?"[^"]{0,12}"\}',
+        ),
+    ],
+)
+def test_at_temperature_0_the_content_matches_the_constraint(
+    client: openai.OpenAI, extra: dict[str, object], pattern: str
+) -> None:
+    import re
+
+    answer = client.chat.completions.create(
+        model="smol", messages=QUESTION, temperature=0, max_tokens=48, extra_body=extra
+    )
+    choice = answer.choices[0]
+    assert choice.finish_reason == "stop" and re.fullmatch(pattern, choice.message.content or ""), choice

@@ -18,6 +18,7 @@ from typing import Any
 from sparkfold.engines.generator import CapacityError, EngineFailure, EngineGone
 from sparkfold.engines.logprobs import LogprobReader, chat_logprobs, completion_logprobs
 from sparkfold.engines.serving import ApiError, EngineService, Outcome, Prepared, unavailable
+from sparkfold.glm.errors import GrammarDeadEnd
 from sparkfold.protocol import (
     ChatCompletion,
     ChatCompletionChunk,
@@ -39,6 +40,9 @@ log = logging.getLogger(__name__)
 
 
 def outcome_error(exc: BaseException) -> ApiError:
+    if isinstance(exc, GrammarDeadEnd):  # the client's grammar, not the engine: no traceback
+        log.info("a reply ended at a grammar dead end: %s", exc.message)
+        return ApiError(exc.status, exc.message, exc.param, "grammar_dead_end")
     if isinstance(exc, CapacityError):
         return ApiError(503, str(exc), None, "capacity", "server_error")
     if isinstance(exc, EngineFailure):

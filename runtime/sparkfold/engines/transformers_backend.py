@@ -275,6 +275,9 @@ class TransformersGenerator(ThreadedEngine[_Job]):
         raw = logits
         if job.params.constraint is not None:
             logits = _constrained(logits, job.params.constraint, job.last)
+            if job.params.constraint.dead_end is not None:  # nothing to sample: the reply ends
+                self._end(job, job.params.constraint.dead_end)
+                return
         token = sample(logits, job.params, job.rng)
         if job.params.logprobs is not None:
             job.params.logprobs_out.append(token_logprob(raw, token, job.params.logprobs))

@@ -1,7 +1,7 @@
 """``thinking_budget``: at most N reasoning tokens, then ``</think>`` is the only token allowed.
 
 :class:`ThinkingBudget` has the token-matcher shape both our engines already apply to every step
-(``accept_token``, ``fill_bitmask``, ``rollback``, ``reset``, ``is_terminated``, ``vocab_size``:
+(``accept_token``, ``fill_bitmask``, ``rollback``, ``reset``, ``is_terminated``, ``dead_end``, ``vocab_size``:
 the transformers engine masks the logits with it, exllamav3 wraps it in a ``Filter``), so the
 budget needs no engine code of its own. It wraps the request's structured-output matcher, if any,
 which itself waits for ``</think>``: while thinking the budget decides, after it the grammar.
@@ -50,6 +50,11 @@ class ThinkingBudget:
 
     def is_terminated(self) -> bool:
         return False if self.inner is None else bool(self.inner.is_terminated())
+
+    @property
+    def dead_end(self) -> Any:
+        """The inner matcher's dead end (:attr:`~sparkfold.glm.grammar.ConstrainedMatcher.dead_end`)."""
+        return None if self.inner is None else self.inner.dead_end
 
     def rollback(self, count: int) -> None:
         count = min(count, len(self._history))

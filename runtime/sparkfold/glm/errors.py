@@ -5,6 +5,7 @@
     GlmError                 a request the GLM layer cannot serve; .param names the field
     ├── RenderError          messages or tools that cannot be rendered into a prompt
     ├── GrammarError         a structured-output request xgrammar cannot compile
+    │   └── GrammarDeadEnd   a reply where the grammar allowed no next token: it ends with this
     └── MediaError           a picture or video that is missing, too big, or not allowed
 
 A server maps any :class:`GlmError` to ``400`` with ``{"error": {"message", "type", "param"}}``.
@@ -12,7 +13,9 @@ A server maps any :class:`GlmError` to ``400`` with ``{"error": {"message", "typ
 
 from __future__ import annotations
 
-__all__ = ["GlmError", "GrammarError", "MediaError", "RenderError"]
+from typing import Any
+
+__all__ = ["GlmError", "GrammarDeadEnd", "GrammarError", "MediaError", "RenderError"]
 
 
 class GlmError(ValueError):
@@ -26,6 +29,9 @@ class GlmError(ValueError):
         self.message = message
         self.param = param
 
+    def __reduce__(self) -> tuple[Any, tuple[str, str | None]]:
+        return type(self), (self.message, self.param)  # param kept across processes (an engine core)
+
 
 class RenderError(GlmError):
     """Messages or tools that cannot be rendered into a GLM prompt."""
@@ -33,6 +39,10 @@ class RenderError(GlmError):
 
 class GrammarError(GlmError):
     """A ``response_format`` / ``guided_*`` constraint that cannot be compiled."""
+
+
+class GrammarDeadEnd(GrammarError):
+    """A step of a reply where the grammar allowed no token: the reply ends with this error."""
 
 
 class MediaError(GlmError):

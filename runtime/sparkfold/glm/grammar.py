@@ -34,7 +34,8 @@ from typing import Any, Literal
 import torch
 import xgrammar as xgr
 
-from sparkfold.glm.errors import GrammarError
+from sparkfold.glm.errors import GrammarDeadEnd, GrammarError
+from sparkfold.glm.finite import derives_a_string
 from sparkfold.glm.messages import normalise_tools
 from sparkfold.glm.tokens import STOP_TOKENS, THINK_END
 
@@ -240,6 +241,8 @@ class ConstrainedMatcher:
     ) -> None:
         self._matcher = xgr.GrammarMatcher(compiled)
         self.spec = spec
+        self._kind = spec.constraint.kind if spec is not None else "grammar"
+        self._param = spec.constraint.param if spec is not None else None
         """What it was built from: another process (an engine core) builds the same one from it."""
         self.vocab_size = vocab_size
         self.stop_token_ids = tuple(stop_token_ids)
@@ -247,6 +250,8 @@ class ConstrainedMatcher:
         self.active = trigger_token_id is None
         self._history: list[bool] = []  # per accepted token: did the grammar see it?
         self._trigger_at: int | None = None  # history index of the accepted trigger token
+        self.dead_end: GrammarDeadEnd | None = None
+        """Set when a step allowed no token (only the stops were offered): the reply must end with it."""
 
     def accept_token(self, token_id: int) -> bool:
         """Advance by one generated token; ``False`` (state unchanged) if the grammar rejects it."""
@@ -262,18 +267,32 @@ class ConstrainedMatcher:
         return accepted
 
     def fill_bitmask(self, bitmask: torch.Tensor, index: int = 0) -> bool:
-        """Write the allowed tokens into row ``index``; ``False`` (row untouched) while inactive."""
+        """Write the allowed tokens into row ``index``; ``False`` (row untouched) while inactive.
+
+        A step where the grammar allows no token at all (a dead end: the vocabulary cannot spell
+        what the grammar needs next) is never a sample from an all ``-inf`` row: the row offers
+        the stop tokens only and :attr:`dead_end` is set, so the engine ends the reply with that
+        error."""
         if not self.active:
             return False
         if self._matcher.is_terminated():  # done: only a stop token may follow
-            row = bitmask[index]
-            row.zero_()
-            for token in self.stop_token_ids:
-                bit = token & 31
-                row[token >> 5] |= (1 << bit) if bit < 31 else -(1 << 31)
+            self._only_stops(bitmask[index])
             return True
         self._matcher.fill_next_token_bitmask(bitmask, index)
+        if not bool(bitmask[index].any()):
+            self.dead_end = GrammarDeadEnd(
+                f"the {self._kind} allows no token after {sum(self._history)} tokens of output; "
+                "no reply can match it with this model's vocabulary",
+                param=self._param,
+            )
+            self._only_stops(bitmask[index])
         return True
+
+    def _only_stops(self, row: torch.Tensor) -> None:
+        row.zero_()
+        for token in self.stop_token_ids:
+            bit = token & 31
+            row[token >> 5] |= (1 << bit) if bit < 31 else -(1 << 31)
 
     def is_terminated(self) -> bool:
         return self.active and bool(self._matcher.is_terminated())
@@ -287,12 +306,14 @@ class ConstrainedMatcher:
         del self._history[-count:]
         if sum(undone):
             self._matcher.rollback(sum(undone))
+        self.dead_end = None  # (met on a drafted token: the verified path is judged again)
         if self._trigger_at is not None and self._trigger_at >= len(self._history):
             self._trigger_at = None
             self.active = False
 
     def reset(self) -> None:
         self._matcher.reset()
+        self.dead_end = None
         self._history.clear()
         self._trigger_at = None
         self.active = self._trigger is None
@@ -373,20 +394,29 @@ class GrammarCompiler:
         return xgr.GrammarCompiler(info, max_threads=1)
 
     def compile(self, constraint: OutputConstraint) -> xgr.CompiledGrammar:
-        """Compile ``constraint``; a :class:`GrammarError` names the field and the reason."""
+        """Compile ``constraint``; a :class:`GrammarError` names the field and the reason (one
+        that no finite string matches included: :func:`~sparkfold.glm.finite.derives_a_string`)."""
         try:
-            if constraint.kind == "json_schema":
-                return self._compiler.compile_grammar(strict_json_grammar(constraint.value))
-            if constraint.kind == "regex":
-                return self._compiler.compile_regex(constraint.value)
             if constraint.kind == "structural_tag":
                 return self._tool_compiler.compile_structural_tag(constraint.value)
-            return self._compiler.compile_grammar(constraint.value)
+            if constraint.kind == "json_schema":
+                grammar = xgr.Grammar.from_ebnf(strict_json_grammar(constraint.value))
+            elif constraint.kind == "regex":
+                grammar = xgr.Grammar.from_regex(constraint.value)
+            else:
+                grammar = xgr.Grammar.from_ebnf(constraint.value)
+            if derives_a_string(grammar):
+                return self._compiler.compile_grammar(grammar)
         except (RuntimeError, ValueError, TypeError) as exc:
             reason = client_reason(exc)
             raise GrammarError(
                 f"cannot compile this {constraint.kind}: {reason}", param=constraint.param
             ) from None
+        raise GrammarError(
+            f"no finite string matches this {constraint.kind}: every derivation of its root recurses "
+            'forever (like root ::= root "a"); give each recursive rule an alternative that ends',
+            param=constraint.param,
+        )
 
     def matcher(self, constraint: OutputConstraint, *, thinking: bool) -> ConstrainedMatcher:
         """A fresh matcher; with ``thinking`` it waits for ``</think>`` before constraining."""

@@ -152,6 +152,12 @@ class FakeGenerator:
             for _ in range(2):
                 job.produced += 1
                 token = job.prompt[-1] + job.produced
+                for flt in job.kwargs.get("filters", []):  # as exllamav3: its mask, then accept
+                    allowed = [
+                        i for i in range(flt.matcher.vocab_size) if _allows(flt.get_next_logit_mask(), i)
+                    ]
+                    token = allowed[0]  # (greedy on a flat distribution)
+                    flt.accept_token(token)
                 if token in job.kwargs["stop_conditions"]:
                     eos = {"eos_reason": "stop_token", "eos_triggering_token_id": token}
                     break
@@ -174,6 +180,10 @@ class FakeGenerator:
                 self.jobs.remove(job)
             results.append(result)
         return results
+
+
+def _allows(mask: torch.Tensor, token: int) -> bool:
+    return bool((int(mask[0, token >> 5]) >> (token & 31)) & 1)
 
 
 FAKE_EXL = SimpleNamespace(
@@ -511,3 +521,43 @@ def test_pictures_reach_the_job_as_embeddings_spliced_into_the_prompt() -> None:
     job = fake.seen[0]
     assert job.prompt == [1, 1_000_000_000, 1_000_000_001, 1_000_000_002, 2]
     assert [e.first_index for e in job.kwargs["embeddings"]] == [1_000_000_000]
+
+
+def test_a_grammar_dead_end_ends_the_reply_with_its_error_not_the_lane() -> None:
+    # main: the filter handed exllamav3 an all-zero mask (every logit -inf) and the step sampled from it
+    from tests.fakes.small_vocab import STOP, small_matcher
+
+    from sparkfold.glm.errors import GrammarDeadEnd
+
+    generator, _ = make()
+    tokens: list[int] = []
+
+    async def run(params: SamplingParams) -> None:
+        async for token in generator.generate([1], params, threading.Event()):
+            tokens.append(token)
+
+    dead = SamplingParams(
+        max_tokens=8, stop_token_ids=frozenset({STOP}), constraint=small_matcher('root ::= "A" "!"')
+    )
+    fine = SamplingParams(
+        max_tokens=8, stop_token_ids=frozenset({STOP}), constraint=small_matcher('root ::= "AB"')
+    )
+    try:
+        with pytest.raises(GrammarDeadEnd, match="allows no token after 1 tokens"):
+            asyncio.run(run(dead))
+        assert tokens == [0]  # "A"; the stop offered in the dead end's place is not the reply's
+        tokens.clear()
+        asyncio.run(run(fine))
+    finally:
+        generator.close()
+    assert tokens == [0, 1, STOP]
+
+
+def test_the_grammar_filter_offers_only_the_stops_at_a_dead_end() -> None:
+    from tests.fakes.small_vocab import SIZE, STOP, small_matcher
+
+    flt = backend.matcher_filter(FAKE_EXL, Tok(), small_matcher('root ::= "A" "!"'))
+    assert [i for i in range(SIZE) if _allows(flt.get_next_logit_mask(), i)] == [0]
+    flt.accept_token(0)
+    assert [i for i in range(SIZE) if _allows(flt.get_next_logit_mask(), i)] == [STOP]
+    assert flt.matcher.dead_end is not None

@@ -90,6 +90,12 @@ def test_structured_output_reaches_the_generator_and_bad_ones_are_400(tiny: Path
     with pytest.raises(openai.BadRequestError) as error:
         client.chat.completions.create(model="glm", messages=ASK, extra_body={"guided_regex": "(unclosed"})
     assert error.value.body["param"] == "guided_regex"  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError) as error:  # main: compiled, then sampled from -inf rows
+        client.chat.completions.create(
+            model="glm", messages=ASK, extra_body={"guided_grammar": 'root ::= root "a"'}
+        )
+    assert error.value.body["param"] == "guided_grammar"  # type: ignore[index]
+    assert "no finite string matches" in error.value.body["message"]  # type: ignore[index]
 
 
 def test_pictures_reach_the_generator(tiny: Path) -> None:

@@ -178,3 +178,45 @@ def test_a_thinking_budget_closes_the_reasoning_after_n_tokens(generator: Transf
     assert budgeted[:3] == baseline[:3]  # three reasoning tokens as the model chose them ...
     assert budgeted[3] == think_end  # ... then </think>, forced
     assert budget.spent == 3
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_grammar_dead_end_ends_the_reply_with_its_error(
+    generator: TransformersGenerator, temperature: float
+) -> None:
+    # main sampled from the all -inf row: "probability tensor contains inf" (sampled), token 0 (greedy)
+    from tests.fakes.small_vocab import small_matcher
+
+    from sparkfold.glm.errors import GrammarDeadEnd
+
+    tokens: list[int] = []
+
+    async def run(params: SamplingParams) -> None:
+        async for token in generator.generate([1, 2], params, threading.Event()):
+            tokens.append(token)
+
+    params = SamplingParams(
+        max_tokens=8, temperature=temperature, seed=1, constraint=small_matcher('root ::= "A" "!"')
+    )
+    with pytest.raises(GrammarDeadEnd, match="allows no token after 1 tokens"):
+        asyncio.run(asyncio.wait_for(run(params), timeout=20))
+    assert tokens == [0]  # "A", then nothing sampled
+    assert generator.healthy()
+
+
+def test_at_temperature_0_a_constrained_reply_matches_its_grammar(generator: TransformersGenerator) -> None:
+    import re
+
+    from tests.fakes.small_vocab import STOP, VOCAB, small_matcher
+
+    for ebnf, pattern in [
+        ('root ::= "AB" [0-9]{1,3} " " ("yes" | "no")', r"AB[0-9]{1,3} (yes|no)"),
+        ('root ::= "(" a ")" | "x"\na ::= "(" "x" ")" | "x"', r"\(\(x\)\)|\(x\)|x"),
+        ("root ::= [a-c]{2,4}", r"[a-c]{2,4}"),
+    ]:
+        params = SamplingParams(
+            max_tokens=40, stop_token_ids=frozenset({STOP}), constraint=small_matcher(ebnf)
+        )
+        ids = asyncio.run(asyncio.wait_for(_collect(generator, [3, 4, 5], params), timeout=20))
+        assert ids and ids[-1] == STOP, (ebnf, ids)
+        assert re.fullmatch(pattern, "".join(VOCAB[i] for i in ids[:-1])), (ebnf, ids)

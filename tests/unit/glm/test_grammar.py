@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import pickle
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from tests.fakes.small_vocab import SIZE, STOP, small_matcher
 
-from sparkfold.glm.errors import GrammarError
+from sparkfold.glm.errors import GrammarDeadEnd, GrammarError
 from sparkfold.glm.grammar import (
     GrammarCompiler,
     OutputConstraint,
@@ -260,3 +262,58 @@ def test_forcing_a_tool_that_was_not_offered_names_tool_choice() -> None:
             "glm_4_7",
         )
     assert error.value.param == "tool_choice"
+
+
+RECURSIVE_REQUIRED = {"type": "object", "properties": {"next": {"$ref": "#"}}, "required": ["next"]}
+
+
+@pytest.mark.parametrize(
+    "constraint",
+    [
+        OutputConstraint("grammar", 'root ::= root "a"', "guided_grammar"),
+        OutputConstraint("grammar", 'root ::= "a" root', "guided_grammar"),
+        OutputConstraint("grammar", 'root ::= "x" b\nb ::= "c" b | b "d"', "guided_grammar"),
+        OutputConstraint("grammar", 'root ::= b{2,3}\nb ::= "x" b', "guided_grammar"),
+        OutputConstraint("json_schema", json.dumps(RECURSIVE_REQUIRED), "response_format.json_schema.schema"),
+    ],
+)
+def test_a_constraint_no_finite_string_matches_is_a_grammar_error(
+    compiler: GrammarCompiler, constraint: OutputConstraint
+) -> None:
+    with pytest.raises(GrammarError) as error:
+        compiler.compile(constraint)
+    assert error.value.param == constraint.param and error.value.status == 400
+    assert error.value.message.startswith(f"no finite string matches this {constraint.kind}")
+
+
+@pytest.mark.parametrize(
+    "ebnf",
+    [
+        'root ::= "x" b | "y"\nb ::= b "c"',  # b is dead, but root has a way out
+        'root ::= "(" root ")" | ""',
+        'root ::= b{0,3}\nb ::= "x" b',
+        'root ::= [a-z]* | "q"',
+        'root ::= a\na ::= b | "q"\nb ::= a',
+    ],
+)
+def test_recursive_grammars_with_a_way_out_compile(compiler: GrammarCompiler, ebnf: str) -> None:
+    compiler.compile(OutputConstraint("grammar", ebnf, "guided_grammar"))
+
+
+def test_a_dead_end_offers_the_stops_only_and_is_reported() -> None:
+    import torch
+
+    matcher = small_matcher('root ::= "A" "!"')  # nothing in the vocabulary spells "!"
+    mask = allocate_bitmask(SIZE)
+    matcher.fill_bitmask(mask, 0)
+    assert matcher.dead_end is None
+    assert matcher.accept_token(0)  # "A"
+    mask = allocate_bitmask(SIZE)
+    assert matcher.fill_bitmask(mask, 0)
+    logits = torch.zeros(1, SIZE)
+    apply_bitmask(logits, mask)
+    assert torch.isfinite(logits[0]).nonzero().flatten().tolist() == [STOP]  # never an all -inf row
+    assert isinstance(matcher.dead_end, GrammarDeadEnd) and matcher.dead_end.param == "guided_grammar"
+    assert pickle.loads(pickle.dumps(matcher.dead_end)).param == "guided_grammar"  # (engine core)
+    matcher.rollback(1)  # (a drafted token undone: judged again)
+    assert matcher.dead_end is None

@@ -283,6 +283,10 @@ class Exllamav3Generator(ThreadedEngine[_Request]):
                 request.emit(int(token))
         if not done:
             return
+        dead_end = getattr(request.params.constraint, "dead_end", None)
+        if dead_end is not None:  # the filter offered the stops only: the reply ends with the error
+            self._end(request, dead_end)
+            return
         stop = result.get("eos_triggering_token_id")
         if result.get("eos_reason") == "stop_token" and stop is not None and request.last != stop:
             if wants:  # the stop token's probabilities are in the held block, with the token
