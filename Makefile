@@ -11,7 +11,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test test-ci test-all test-fleet lint unit demo demo-down demo-fleet demo-fleet-down clean gpu-run
+.PHONY: venv test test-ci test-all test-fleet lint unit testbed-tools demo demo-down demo-fleet demo-fleet-down clean gpu-run
 
 venv: $(STAMP)
 
@@ -65,7 +65,10 @@ unit: venv
 # stand-in) and one rank per node under Docker (inventory/testbed-tensorfold.yml). Either re-converges
 # the same pair.
 ENGINE ?= transformers
-demo: venv
+# First, before the venv (minutes on a fresh host): the host's tools, or the apt-get line for them.
+testbed-tools:
+	@roles/sparkfold_testbed/files/need-tools.sh >&2
+demo: testbed-tools venv
 	@case "$(ENGINE)" in transformers|tensorfold) ;; *) echo "ENGINE=$(ENGINE): use ENGINE=transformers (the default) or ENGINE=tensorfold" >&2; exit 2;; esac
 	$(VENV)/bin/ansible-playbook playbooks/testbed.yml
 	$(VENV)/bin/ansible-playbook site.yml $(if $(filter tensorfold,$(ENGINE)),-e @inventory/testbed-tensorfold.yml)
@@ -76,7 +79,7 @@ demo-down: venv
 
 # The fleet testbed (docs/fleet.md): two one-node pairs (CPU engine, tp = 1) behind the router on
 # sffl-a, provisioned by the same site.yml; the router stage prints a curl line against the router.
-demo-fleet: venv
+demo-fleet: testbed-tools venv
 	$(VENV)/bin/ansible-playbook -i inventory/fleet-testbed playbooks/testbed.yml
 	$(VENV)/bin/ansible-playbook -i inventory/fleet-testbed site.yml
 	@echo; echo "The fleet's API, as pasted:"; cat .cache/control/fleet-testbed-router-curl.txt

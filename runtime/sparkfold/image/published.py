@@ -107,7 +107,11 @@ def pull_published(ref: str, *, label: str, tag: str, run: Run = _docker, check:
     done = run(["docker", "pull", ref])
     if done.returncode != 0:
         detail = (done.stderr.strip().splitlines() or ["no message"])[-1]
-        raise PublishedImageRefused(f"docker pull {ref} failed: {detail}")
+        raise PublishedImageRefused(
+            f"docker pull {ref} failed: {detail}. No image with digest {pinned['digest']} (to be accepted "
+            f"with {RECIPE_LABEL}={label}) came from {pinned['name']}, so {tag} is left as it was: check "
+            "the digest against the one published, and that this node reaches the registry"
+        )
     found = _label(_inspect(run, ref))
     if found != label:
         raise PublishedImageRefused(

@@ -156,9 +156,12 @@ FAKES = Path(__file__).resolve().parents[2] / "fakes"
 REF = "registry.test/miaai-lab/glm-5.3-flash-exl3-2x-dgx-sparks-tensorfold@sha256:" + "bc34" * 16
 
 
-def pull(tmp_path: Path, label: str, published: str, *more: str) -> subprocess.CompletedProcess[str]:
+def pull(
+    tmp_path: Path, label: str, published: str, *more: str, **fake: str
+) -> subprocess.CompletedProcess[str]:
     env = {
         **os.environ,
+        **fake,
         "PATH": f"{FAKES}:{os.environ['PATH']}",
         "FAKE_DOCKER_DIR": str(tmp_path),
         "FAKE_DOCKER_PULL_LABEL": published,
@@ -187,3 +190,13 @@ def test_a_published_image_with_another_label_is_refused(tmp_path: Path) -> None
     assert json.loads(accepted.stdout)["changed"] is True
     again = pull(tmp_path, "a1897d591f70", "a1897d591f70")
     assert json.loads(again.stdout)["changed"] is False, "already that image: nothing pulled"
+
+
+def test_a_published_digest_the_registry_lacks_stops_naming_the_digest_and_the_label(tmp_path: Path) -> None:
+    refused = pull(tmp_path, "a1897d591f70", "a1897d591f70", FAKE_DOCKER_PULL_FAIL="1")
+    assert refused.returncode == 1
+    words = " ".join(refused.stderr.split())
+    assert f"docker pull {REF} failed: Error response from daemon: manifest for {REF} not found" in words
+    assert f"No image with digest sha256:{'bc34' * 16} (to be accepted with tf.patches=a1897d591f70)" in words
+    assert "sparkfold-tensorfold:v0.6.0-recipe is left as it was" in words
+    assert '"tag"' not in (tmp_path / "calls.jsonl").read_text()
