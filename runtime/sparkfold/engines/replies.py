@@ -18,7 +18,7 @@ from typing import Any
 from sparkfold.engines.generator import CapacityError, EngineFailure, EngineGone
 from sparkfold.engines.logprobs import LogprobReader, chat_logprobs, completion_logprobs
 from sparkfold.engines.serving import ApiError, EngineService, Outcome, Prepared, unavailable
-from sparkfold.glm.errors import GrammarDeadEnd
+from sparkfold.glm.errors import GrammarDeadEnd, without_addresses
 from sparkfold.protocol import (
     ChatCompletion,
     ChatCompletionChunk,
@@ -51,7 +51,9 @@ def outcome_error(exc: BaseException) -> ApiError:
             return unavailable(exc)
     else:
         log.exception("generation failed")
-    return ApiError(500, f"generation failed: {exc}", None, "engine_error", "server_error")
+    return ApiError(
+        500, f"generation failed: {without_addresses(str(exc))}", None, "engine_error", "server_error"
+    )
 
 
 def usage_of(outcomes: Sequence[Outcome], prompts: Sequence[Prepared]) -> Usage:

@@ -13,9 +13,19 @@ A server maps any :class:`GlmError` to ``400`` with ``{"error": {"message", "typ
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-__all__ = ["GlmError", "GrammarDeadEnd", "GrammarError", "MediaError", "RenderError"]
+__all__ = ["GlmError", "GrammarDeadEnd", "GrammarError", "MediaError", "RenderError", "without_addresses"]
+
+_OBJECT_REPR = re.compile(r"\s*<[^<>]* at 0x[0-9a-fA-F]+>")
+_ADDRESS = re.compile(r"\s*(?:at )?0x[0-9a-fA-F]+")
+
+
+def without_addresses(text: str) -> str:
+    """A library's message without object reprs (PIL's ``<_io.BytesIO object at 0x7f…>``) or bare
+    addresses: they tell a client nothing, and an attacker where this process keeps its memory."""
+    return _ADDRESS.sub("", _OBJECT_REPR.sub("", text)).strip()
 
 
 class GlmError(ValueError):

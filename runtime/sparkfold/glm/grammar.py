@@ -34,7 +34,7 @@ from typing import Any, Literal
 import torch
 import xgrammar as xgr
 
-from sparkfold.glm.errors import GrammarDeadEnd, GrammarError
+from sparkfold.glm.errors import GrammarDeadEnd, GrammarError, without_addresses
 from sparkfold.glm.finite import derives_a_string
 from sparkfold.glm.messages import normalise_tools
 from sparkfold.glm.tokens import STOP_TOKENS, THINK_END
@@ -322,13 +322,12 @@ class ConstrainedMatcher:
 # xgrammar's messages start with a time and its C++ source location, and a binding error may name
 # an object's address: none of it helps a client, and it tells an attacker what runs here.
 _SOURCE_PREFIX = re.compile(r"^\s*(?:\[[\d:.]+\]\s*)?(?:\S+\.(?:cc|cpp|h|hpp|py):\d+:\s*)?")
-_ADDRESS = re.compile(r"\s*(?:at )?0x[0-9a-fA-F]+")
 
 
 def client_reason(exc: BaseException) -> str:
     """The first line of ``exc``'s message without source paths or object addresses."""
     lines = str(exc).strip().splitlines()
-    reason = _ADDRESS.sub("", _SOURCE_PREFIX.sub("", lines[0])).strip() if lines else ""
+    reason = without_addresses(_SOURCE_PREFIX.sub("", lines[0])) if lines else ""
     return reason or type(exc).__name__
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from PIL import Image
 
-from sparkfold.glm.errors import MediaError
+from sparkfold.glm.errors import MediaError, without_addresses
 from sparkfold.glm.messages import IMAGE_PART_TYPES, VIDEO_PART_TYPES, normalise_messages
 from sparkfold.glm.tokens import BEGIN_OF_IMAGE, END_OF_IMAGE, IMAGE, VIDEO
 
@@ -141,7 +141,7 @@ def _fetch(part: MediaPart, limit: int, limits: MediaLimits) -> bytes:
                 if len(data) > limit:
                     raise MediaError(_too_big(part, limit), part.param)
     except httpx.HTTPError as exc:
-        raise MediaError(f"cannot fetch the {part.kind}: {exc}", part.param) from None
+        raise MediaError(f"cannot fetch the {part.kind}: {without_addresses(str(exc))}", part.param) from None
     return bytes(data)
 
 
@@ -193,7 +193,7 @@ def _open_image(part: MediaPart, data: bytes, limits: MediaLimits) -> Image.Imag
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             image = Image.open(io.BytesIO(data))
     except (OSError, ValueError, Image.DecompressionBombWarning, Image.DecompressionBombError) as exc:
-        raise MediaError(f"cannot decode the image: {exc}", part.param) from None
+        raise MediaError(f"cannot decode the image: {without_addresses(str(exc))}", part.param) from None
     if image.width * image.height > limits.max_image_pixels:
         raise MediaError(
             f"the image has {image.width}x{image.height} pixels, more than {limits.max_image_pixels}",
@@ -236,7 +236,7 @@ def _decode_image(part: MediaPart, image: Image.Image, limits: MediaLimits) -> I
             return image
         image.load()
     except (OSError, ValueError, Image.DecompressionBombError) as exc:
-        raise MediaError(f"cannot decode the image: {exc}", part.param) from None
+        raise MediaError(f"cannot decode the image: {without_addresses(str(exc))}", part.param) from None
     return image.convert("RGB")
 
 
@@ -270,7 +270,7 @@ def _decode_video(part: MediaPart, data: bytes, limits: MediaLimits) -> Video:
     except MediaError:
         raise
     except (av.FFmpegError, OSError, ValueError) as exc:
-        raise MediaError(f"cannot decode the video: {exc}", part.param) from None
+        raise MediaError(f"cannot decode the video: {without_addresses(str(exc))}", part.param) from None
     if not frames:
         raise MediaError("the video has no frames", part.param)
     return Video(frames=frames, fps=min(limits.video_fps, rate), duration_s=total / rate)

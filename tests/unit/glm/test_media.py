@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import io
+import re
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +110,9 @@ def test_bad_images_are_clear_errors(url: str, limits: MediaLimits, message: str
     with pytest.raises(MediaError, match=message) as error:
         load_media(parts, limits)
     assert error.value.param == "messages[0].content[0]" and error.value.status == 400
+    assert not re.search(r"0x[0-9a-fA-F]{6,}", error.value.message), (
+        error.value.message
+    )  # main: PIL's BytesIO
 
 
 def test_counts_and_frames_are_limited() -> None:
