@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from typing import TypeVar
 
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sparkfold.sse import KEEPALIVE_COMMENT
@@ -44,6 +46,7 @@ __all__ = [
     "Pacing",
     "SSEResponse",
     "StreamResponse",
+    "methods_on",
     "read_body",
     "replay",
     "unless_disconnected",
@@ -51,6 +54,30 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+_CUT = contextvars.ContextVar("stream_cut", default=False)
+"""Set in a request's task when its stream was cut because the client stopped reading."""
+UVICORN_INCOMPLETE = "ASGI callable returned without completing response."
+
+
+class _HandledCuts(logging.Filter):
+    """uvicorn logs an ERROR for a response its app left incomplete; a stream cut because the
+    client stopped reading (:class:`SSEResponse`) is one, and handled: logged at INFO instead.
+    The record is made in the request's task, after the app returned, so :data:`_CUT` is its own."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if _CUT.get() and record.msg == UVICORN_INCOMPLETE:
+            record.levelno, record.levelname = logging.INFO, "INFO"
+            record.msg = "the stream of a client that stopped reading was cut (handled)"
+        return True
+
+
+def _note_cut() -> None:
+    _CUT.set(True)
+    uvicorn_errors = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, _HandledCuts) for f in uvicorn_errors.filters):
+        uvicorn_errors.addFilter(_HandledCuts())
+
 
 CANCEL_GRACE_S = 1.0
 PACING_KEY = "stream_pacing"
@@ -127,6 +154,7 @@ class SSEResponse:
                 if paced.stalled:
                     gone = True  # the client stopped reading: as good as gone
                     log.info("a client stopped reading for %.0f s; its stream ends", pacing.send_timeout_s)
+                    _note_cut()
                 elif watcher.cancelled() or not watcher.done():
                     raise  # this response itself is being cancelled (the server stops)
                 else:
@@ -217,6 +245,16 @@ class _Paced:
         elif idle:
             self._last = now  # not alive (or a keepalive still going out): wait a whole interval
         self._arm()
+
+
+def methods_on(routes: Sequence[BaseRoute], scope: Scope) -> list[str]:
+    """The methods some route answers on ``scope``'s path (HEAD left out, as GET implies it): a
+    405's ``Allow`` (starlette's names the first route on the path only)."""
+    methods: set[str] = set()
+    for route in routes:
+        if route.matches(scope)[0] != Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    return sorted(methods - {"HEAD"})
 
 
 async def wait_disconnect(receive: Receive) -> None:

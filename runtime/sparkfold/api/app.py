@@ -15,7 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Match
+from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sparkfold import __version__
@@ -47,7 +47,7 @@ from sparkfold.api.responses.serving import ResponsesServing
 from sparkfold.api.responses.store import ResponseStore
 from sparkfold.api.state import Gateway
 from sparkfold.api.upstream import Connect, Engine
-from sparkfold.asgi import PACING_KEY, Pacing
+from sparkfold.asgi import PACING_KEY, Pacing, methods_on
 from sparkfold.config import Settings
 
 __all__ = ["GENERATING_PATHS", "OPEN_PATHS", "TOKENIZING_PATHS", "App", "build_stack", "create_app"]
@@ -101,15 +101,6 @@ def build_stack(app: ASGIApp, gateway: Gateway, settings: Settings) -> ASGIApp:
     return ServerErrors(app)
 
 
-def _methods_on(routes: Sequence[BaseRoute], scope: Scope) -> list[str]:
-    """The methods some route answers on ``scope``'s path (HEAD left out, as GET implies it)."""
-    methods: set[str] = set()
-    for route in routes:
-        if route.matches(scope)[0] != Match.NONE:
-            methods |= set(getattr(route, "methods", None) or ())
-    return sorted(methods - {"HEAD"})
-
-
 def _base_url_hint(routes: Sequence[BaseRoute], scope: Scope) -> str:
     """Where a client's base URL is off by ``/v1`` (OpenAI SDKs want it, Anthropic's must not have
     it): the route it meant, and how to set it."""
@@ -118,7 +109,7 @@ def _base_url_hint(routes: Sequence[BaseRoute], scope: Scope) -> str:
         (f"/v1{path}", "end base_url with /v1"),
         (path.removeprefix("/v1"), "leave /v1 off base_url"),
     ):
-        if meant.startswith("/v1/") and meant != path and _methods_on(routes, {**scope, "path": meant}):
+        if meant.startswith("/v1/") and meant != path and methods_on(routes, {**scope, "path": meant}):
             return f" (the route is {meant}: {advice})"
     return ""
 
@@ -139,7 +130,7 @@ def _install_error_handlers(app: FastAPI, routes: Sequence[BaseRoute]) -> None:
             error = NotFound(f"no route {request.method} {request.url.path}{hint}; see /docs")
         elif exc.status_code == 405:
             # starlette's Allow names the first route on the path only (/v1/responses/{id}: GET, not DELETE)
-            allowed = _methods_on(routes, request.scope)
+            allowed = methods_on(routes, request.scope)
             headers["Allow"] = ", ".join(allowed)
             error = ClientError(
                 f"{request.method} is not served on {request.url.path}; it answers {', '.join(allowed)} "

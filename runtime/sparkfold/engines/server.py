@@ -26,7 +26,15 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException
 
-from sparkfold.asgi import SSE_HEADERS, DirectRoutes, EventStream, Pacing, SSEResponse, StreamResponse
+from sparkfold.asgi import (
+    SSE_HEADERS,
+    DirectRoutes,
+    EventStream,
+    Pacing,
+    SSEResponse,
+    StreamResponse,
+    methods_on,
+)
 from sparkfold.engines.replies import chat_reply, chat_stream, completion_reply, completion_stream
 from sparkfold.engines.serving import ApiError, EngineService
 from sparkfold.protocol import (
@@ -107,7 +115,12 @@ def create_app(service: EngineService, *, heartbeat_s: float = HEARTBEAT_S) -> D
     async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
         code = "not_found" if exc.status_code == 404 else None
         message = f"{request.method} {request.url.path}: {exc.detail}"
-        return _error(ApiError(exc.status_code, message, None, code))
+        if exc.status_code != 405:
+            return _error(ApiError(exc.status_code, message, None, code))
+        allowed = ", ".join(methods_on(app.routes, request.scope))
+        response = _error(ApiError(405, f"{message}; it answers {allowed}", None, "method_not_allowed"))
+        response.headers["Allow"] = allowed
+        return response
 
     @app.get("/v1/models")
     @app.get("/models")

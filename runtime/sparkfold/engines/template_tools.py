@@ -24,6 +24,8 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from sparkfold.glm.errors import RenderError
+from sparkfold.glm.messages import TEXT_PART_TYPES
 from sparkfold.protocol import Delta, ToolCallDelta
 
 __all__ = ["CALL_END", "CALL_START", "ToolCallParser", "renders_tools", "template_messages"]
@@ -43,12 +45,23 @@ def renders_tools(template: str) -> bool:
     return "tools" in template
 
 
-def _text(content: Any) -> str:
+def _text(content: Any, where: str) -> str:
+    """A message's text: its text parts joined; any other part is a 400 naming it (as the GLM
+    engine's, :func:`sparkfold.glm.messages.normalise_messages`), never dropped unsaid."""
     if content is None:
         return ""
     if isinstance(content, str):
         return content
-    return "".join(str(part.get("text") or "") for part in content if isinstance(part, Mapping))
+    texts = []
+    for j, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, Mapping) else None
+        if kind not in TEXT_PART_TYPES:
+            raise RenderError(
+                f"unsupported content part type {kind!r}; this model reads text parts only",
+                param=f"{where}[{j}].type",
+            )
+        texts.append(str(part.get("text") or ""))
+    return "".join(texts)
 
 
 def _call_text(call: Mapping[str, Any]) -> str:
@@ -66,8 +79,8 @@ def template_messages(
 ) -> list[dict[str, Any]]:
     """``messages`` (dumped chat messages) as a chat template can render them."""
     out: list[dict[str, Any]] = []
-    for message in messages:
-        item = {**message, "content": _text(message.get("content"))}
+    for i, message in enumerate(messages):
+        item = {**message, "content": _text(message.get("content"), f"messages[{i}].content")}
         if not native_tools:
             calls = item.pop("tool_calls", None) or []
             if calls:

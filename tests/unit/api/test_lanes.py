@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import logging
 from collections.abc import Callable
 
 import httpx
@@ -66,6 +67,8 @@ def test_a_reader_that_stops_reading_frees_its_lane(
     gateway = start_gateway(parallel=1, max_queued=0, send_timeout_s=0.5)
     fake.queue(Script(content=["x" * 8192] * 3000))  # 24 MiB: more than every buffer on the way holds
     reader = RawClient(port_of(gateway), "/v1/chat/completions", STREAM, receive_buffer=4096)
+    uvicorn_log, records = logging.getLogger("uvicorn.error"), Records()
+    uvicorn_log.addHandler(records)
     try:
         assert reader.status() == 200  # then it reads nothing more
         until(lambda: gateway.health()["lanes"]["busy"] == 0, timeout=20)
@@ -74,8 +77,23 @@ def test_a_reader_that_stops_reading_frees_its_lane(
             gateway.http.post("/v1/chat/completions", json={"model": "fake", "messages": USER}).status_code
             == 200
         )
+        until(lambda: any("stopped reading" in r.getMessage() for r in records.seen), timeout=20)
     finally:
         reader.close()
+        uvicorn_log.removeHandler(records)
+    # main: uvicorn's ERROR "ASGI callable returned without completing response" at each cut
+    assert [(r.levelname, r.getMessage()) for r in records.seen if r.levelno >= logging.INFO] == [
+        ("INFO", "the stream of a client that stopped reading was cut (handled)")
+    ]
+
+
+class Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.seen: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.seen.append(record)
 
 
 def test_a_client_of_a_heartbeating_engine_gets_keepalives(

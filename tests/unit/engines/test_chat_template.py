@@ -47,3 +47,29 @@ def test_the_sandbox_refuses_to_mutate_values() -> None:
 def test_a_template_that_does_not_compile_is_refused_up_front() -> None:
     with pytest.raises(TemplateError, match="does not compile"):
         ChatTemplateRenderer("{% for %}", {})
+
+
+@pytest.mark.parametrize("kind", ["bogus", "image_url", "input_audio"])
+def test_the_demo_engine_answers_a_part_it_cannot_read_with_a_400_as_the_glm_engine(kind: str) -> None:
+    # main: /tokenize dropped the part and counted the rest (200); the GLM engine answers 400
+    from fastapi.testclient import TestClient
+    from tests.fakes.fake_engine import FakeGenerator
+
+    from sparkfold.engines.server import create_app
+    from sparkfold.engines.serving import EngineService
+
+    renderer = ChatTemplateRenderer("{% for m in messages %}[{{ m.role }}:{{ m.content }}]{% endfor %}", {})
+    service = EngineService(FakeGenerator(), served_name="demo", max_tokens=8, renderer=renderer)
+    client = TestClient(create_app(service))
+    content = [{"type": "text", "text": "hi"}, {"type": kind, kind: {"url": "x"}}]
+    body = {"model": "demo", "messages": [{"role": "user", "content": content}]}
+    for path in ("/tokenize", "/v1/chat/completions"):
+        response = client.post(path, json=body)
+        assert response.status_code == 400, (path, response.text)
+        error = response.json()["error"]
+        assert error["param"].startswith("messages[0].content[1]"), error
+        assert kind in error["message"] or "vision" in error["message"], error
+    assert (
+        client.post("/tokenize", json={"messages": [{"role": "user", "content": content[:1]}]}).status_code
+        == 200
+    )

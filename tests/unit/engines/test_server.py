@@ -428,3 +428,16 @@ def test_several_choices_keep_their_one_lane(fake: FakeGenerator) -> None:
     order = [b"second" in bytes(i for i in ids if i < 256) for ids, _ in fake.seen]
     assert order == [False, False, False, True]
     assert [params.seed for _, params in fake.seen[:3]] == [7, 8, 9]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [("TRACE", "/health", "GET"), ("TRACE", "/v1/chat/completions", "POST"), ("DELETE", "/v1/models", "GET")],
+)
+def test_a_method_a_path_does_not_answer_is_a_405_with_allow(
+    fake: FakeGenerator, method: str, path: str, allow: str
+) -> None:
+    # main: 405 without Allow (the gateway's named the methods already)
+    response = _client(fake).request(method, path)
+    assert response.status_code == 405 and response.headers["allow"] == allow
+    assert response.json()["error"]["message"].endswith(f"it answers {allow}")
