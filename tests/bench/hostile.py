@@ -8,6 +8,7 @@ and in time.
 
     python tests/bench/hostile.py fuzz  [--cases 1000] [--engine-url URL]
     python tests/bench/hostile.py flood [--connections 1100]
+    python tests/bench/hostile.py persist [--connections 2100] [--hold-s 30]
     python tests/bench/hostile.py amplify [--mib 40] [--bodies 4]
     python tests/bench/hostile.py soak  [--requests 3000]
 
@@ -45,6 +46,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(1, str(Path(__file__).resolve().parents[2] / "runtime"))
 
+from tests.fakes.conn_flood import Flood
 from tests.fakes.scripted_engine import Script, ScriptedEngine, ServerThread, free_port
 
 KEY = "hostile-bench-key"
@@ -127,20 +129,24 @@ def headers() -> dict[str, str]:
 
 
 class Probe:
-    """A well-behaved client on its own thread: one short chat completion after another."""
+    """A well-behaved client on its own thread: one short chat completion after another (from
+    ``source``, each on a fresh connection, when it is given)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, source: str | None = None) -> None:
         self.url = url
+        self.source = source
         self.samples: list[tuple[float, float, int]] = []  # (sent at, seconds, status)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        with httpx.Client(base_url=self.url, timeout=60, headers=headers()) as http:
+        transport = httpx.HTTPTransport(local_address=self.source) if self.source else None
+        extra = {"connection": "close"} if self.source else {}
+        with httpx.Client(base_url=self.url, timeout=60, headers=headers(), transport=transport) as http:
             while not self._stop.is_set() and len(self.samples) < 100_000:
                 started = time.monotonic()
                 try:
-                    status = http.post("/v1/chat/completions", json=CHAT).status_code
+                    status = http.post("/v1/chat/completions", json=CHAT, headers=extra).status_code
                 except httpx.HTTPError:
                     status = 0
                 self.samples.append((started, time.monotonic() - started, status))
@@ -292,6 +298,39 @@ def flood(args: argparse.Namespace) -> dict[str, Any]:
         }
 
 
+def persist(args: argparse.Namespace) -> dict[str, Any]:
+    """The persistent flood: 127.0.0.1 holds ``--connections`` header-less connections, each
+    re-opened as soon as the gateway closes it, for ``--hold-s``; 127.0.0.2 is the probe."""
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # this driver holds the sockets
+    api = {} if args.per_client is None else {"max_connections_per_client": args.per_client}
+    with running(args, **api) as (gateway, _), Probe(gateway.url, source="127.0.0.2") as probe:
+        time.sleep(args.phase_s)
+        before = gateway.resources()
+        t0 = time.monotonic()
+        flood = Flood(gateway.port, args.connections, max_opens=100_000_000)
+        flood.start()
+        time.sleep(args.hold_s)
+        during = gateway.resources()
+        t1 = time.monotonic()
+        flood.stop.set()
+        flood.join(timeout=60)
+        return {
+            "flood_sockets": args.connections,
+            "flood_opens": flood.opens,
+            "flood_connect_failures": flood.connect_failures,
+            "flood_answers": {k.decode() or "closed": v for k, v in flood.answers.items()},
+            "flood_503_without_retry_after": flood.retry_after_missing,
+            "client_before": probe.between(0, t0),
+            "client_during": probe.between(t0, t1),
+            "statuses_during": dict(Counter(s[2] for s in probe.samples if t0 <= s[0] < t1)),
+            "gateway_before": before,
+            "gateway_during": during,
+            "nofile_limit": gateway.ps.rlimit(psutil.RLIMIT_NOFILE)[0],
+            "seconds": round(t1 - t0, 1),
+        }
+
+
 # --- amplification ---------------------------------------------------------------------------------
 
 
@@ -386,7 +425,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("command", choices=["fuzz", "flood", "amplify", "soak"])
+    parser.add_argument("command", choices=["fuzz", "flood", "persist", "amplify", "soak"])
     parser.add_argument(
         "--engine-url", help="an engine server to put the gateway in front of (default: scripted)"
     )
@@ -395,17 +434,26 @@ def main() -> None:
         "--timeout-s", type=float, default=30, help="fuzz: a case with no answer by then is a hang"
     )
     parser.add_argument("--budget-s", type=float, default=1800, help="the longest the run may take")
-    parser.add_argument("--connections", type=int, default=1100, help="flood: idle connections to open")
+    parser.add_argument(
+        "--connections", type=int, default=1100, help="flood, persist: idle connections to open (hold)"
+    )
     parser.add_argument("--phase-s", type=float, default=5, help="flood/amplify: seconds per measured phase")
     parser.add_argument(
-        "--hold-s", type=float, default=8, help="flood: then this long before counting open ones"
+        "--hold-s",
+        type=float,
+        default=8,
+        help="flood: then this long before counting open ones; persist: flood this long",
     )
     parser.add_argument("--nofile", type=int, help="flood: the gateway's descriptor limit (ulimit -n)")
+    parser.add_argument(
+        "--per-client", type=int, help="persist: api.max_connections_per_client (default: the gateway's)"
+    )
     parser.add_argument("--mib", type=int, default=40, help="amplify: MiB of each body of empty tools")
     parser.add_argument("--bodies", type=int, default=4, help="amplify: such bodies sent at once")
     parser.add_argument("--requests", type=int, default=3000, help="soak: requests in all")
     args = parser.parse_args()
-    report = {"fuzz": fuzz, "flood": flood, "amplify": amplify, "soak": soak}[args.command](args)
+    commands = {"fuzz": fuzz, "flood": flood, "persist": persist, "amplify": amplify, "soak": soak}
+    report = commands[args.command](args)
     print(json.dumps(report, indent=2))
 
 

@@ -7,13 +7,10 @@ than an attacker. Every wait is bounded by a socket timeout or a deadline.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import selectors
 import signal
 import socket
 import subprocess
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -21,6 +18,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from tests.fakes.conn_flood import Flood, connect_from
 from tests.fakes.scripted_engine import Script, ScriptedEngine, ServerThread, free_port
 from tests.integration.engine_procs import start_api
 
@@ -130,19 +128,6 @@ def one_response(sock: socket.socket) -> bytes:
     return head
 
 
-def connect_from(source: str, port: int) -> socket.socket:
-    """A connection from ``source`` (another loopback address: Linux routes 127.0.0.0/8 to lo)."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.settimeout(WAIT_S)
-    try:
-        sock.bind((source, 0))
-    except OSError:
-        sock.close()
-        pytest.skip(f"cannot bind {source} on this host")
-    sock.connect(("127.0.0.1", port))
-    return sock
-
-
 def held_requests(sources: list[str], port: int) -> tuple[list[socket.socket], list[bytes]]:
     """One connection from each of ``sources`` in turn, each kept open once answered."""
     socks: list[socket.socket] = []
@@ -184,53 +169,6 @@ def test_a_refused_connection_that_sends_nothing_is_closed(start_gateway: Callab
         assert read_all(held).startswith(b"HTTP/1.1 200")
 
 
-class Flood(threading.Thread):
-    """One source address holding ``sockets`` connections to the gateway, each re-opened as soon as
-    the gateway closes it (within 50 ms), until ``stop``: each sends a request line and one header,
-    never the end of its headers (a served one is held until the header timeout). Records what
-    came back."""
-
-    def __init__(self, port: int, sockets: int, max_opens: int) -> None:
-        super().__init__(daemon=True)
-        self.port, self.sockets, self.max_opens = port, sockets, max_opens
-        self.stop = threading.Event()
-        self.answers: Counter[bytes] = Counter()
-        self.opens = 0
-        self.retry_after_missing = 0
-
-    def open(self, selector: selectors.BaseSelector) -> None:
-        sock = connect_from("127.0.0.1", self.port)
-        sock.setblocking(False)
-        with contextlib.suppress(OSError):
-            sock.send(b"GET /health HTTP/1.1\r\nhost: flood\r\n")
-        selector.register(sock, selectors.EVENT_READ)
-        self.opens += 1
-
-    def run(self) -> None:
-        with selectors.DefaultSelector() as selector:
-            try:
-                for _ in range(self.sockets):
-                    self.open(selector)
-                while not self.stop.is_set() and self.opens < self.max_opens:
-                    for key, _ in selector.select(timeout=0.1):
-                        sock = key.fileobj
-                        assert isinstance(sock, socket.socket)
-                        try:
-                            answer = sock.recv(65536)
-                        except OSError:
-                            answer = b""
-                        self.answers[answer[:12]] += 1
-                        if answer.startswith(b"HTTP/1.1 503") and b"retry-after:" not in answer.lower():
-                            self.retry_after_missing += 1
-                        selector.unregister(sock)
-                        sock.close()
-                        self.open(selector)  # at once
-                    self.stop.wait(0.05)  # (a bound on the CPU the refused ones' cycle takes)
-            finally:
-                for key in list(selector.get_map().values()):
-                    key.fileobj.close()  # type: ignore[union-attr]
-
-
 def legitimate(port: int, seconds: float, every_s: float, max_requests: int) -> list[int]:
     """Requests from 127.0.0.2, each on a fresh connection, for ``seconds``: their statuses (0: failed)."""
     statuses: list[int] = []
@@ -255,7 +193,10 @@ def flood_while_serving(start_gateway: Callable[..., tuple], seconds: float) -> 
     """The persistent flood of one address (more sockets than ``api.max_connections``, the served
     ones closed by the header timeout and re-opened at once) while another address is served."""
     _, port, _ = start_gateway(max_connections=24, max_connections_per_client=12, header_timeout_s=2)
-    connect_from("127.0.0.2", port).close()  # (skips here when the host has no 127.0.0.2)
+    try:
+        connect_from("127.0.0.2", port).close()
+    except OSError:
+        pytest.skip("this host cannot bind 127.0.0.2")
     flood = Flood(port, sockets=40, max_opens=int(1000 * seconds))
     flood.start()
     try:
