@@ -33,6 +33,7 @@ from typing import Any, Literal
 
 import torch
 import xgrammar as xgr
+from xgrammar.structural_tag import OrFormat, PlusFormat, TokenTriggeredTagsFormat, TriggeredTagsFormat
 
 from sparkfold.glm.errors import GrammarDeadEnd, GrammarError, without_addresses
 from sparkfold.glm.finite import derives_a_string
@@ -189,6 +190,15 @@ def tool_constraint(request: Any, tool_format: ToolFormat) -> OutputConstraint |
         raise GrammarError(
             f"cannot force this tool call: {client_reason(exc)}", param="tool_choice"
         ) from None
+    calls = tag.format
+    if (
+        isinstance(calls, TriggeredTagsFormat | TokenTriggeredTagsFormat)
+        and calls.at_least_one
+        and not calls.stop_after_first
+    ):
+        # "required" with parallel calls: xgrammar's "one or more calls, any text around them" lets a
+        # model write on after its calls until max_tokens; a forced reply is its calls alone
+        tag.format = PlusFormat(content=OrFormat(elements=list(calls.tags)))
     return OutputConstraint("structural_tag", tag.model_dump_json(), "tool_choice")
 
 

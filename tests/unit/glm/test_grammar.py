@@ -317,3 +317,37 @@ def test_a_dead_end_offers_the_stops_only_and_is_reported() -> None:
     assert pickle.loads(pickle.dumps(matcher.dead_end)).param == "guided_grammar"  # (engine core)
     matcher.rollback(1)  # (a drafted token undone: judged again)
     assert matcher.dead_end is None
+
+
+TIME_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "parameters": {"type": "object", "properties": {"tz": {"type": "string"}}},
+    },
+}
+TIME_CALL = '<tool_call>\n{"name": "get_time", "arguments": {"tz": "UTC"}}\n</tool_call>'
+
+
+@pytest.mark.parametrize(
+    ("parallel", "accepted", "refused"),
+    [
+        (None, [TIME_CALL, TIME_CALL + TIME_CALL], ["Hi", "Hi " + TIME_CALL, TIME_CALL + "\n\nbye"]),
+        (False, [TIME_CALL], ["Hi", TIME_CALL + TIME_CALL, TIME_CALL + "\n\nbye"]),
+    ],
+    ids=["parallel", "one call"],
+)
+def test_forced_calls_in_the_template_format_are_the_whole_reply(
+    parallel: bool | None, accepted: list[str], refused: list[str]
+) -> None:
+    """``required`` in the demo model's ``<tool_call>`` JSON form: calls and nothing else (xgrammar's
+    own "one or more calls" lets text follow them, which a small model writes until max_tokens)."""
+    import xgrammar as xgr
+    from xgrammar.testing import _is_grammar_accept_string
+
+    forced = request(tools=[TIME_TOOL], tool_choice="required", parallel_tool_calls=parallel)
+    constraint = constraint_from_request(forced, "qwen_3")
+    assert constraint is not None and constraint.kind == "structural_tag"
+    grammar = xgr.Grammar.from_structural_tag(constraint.value)
+    assert all(_is_grammar_accept_string(grammar, text) for text in accepted)
+    assert not any(_is_grammar_accept_string(grammar, text) for text in refused)
