@@ -15,6 +15,7 @@ from tests.fakes.fake_engine import FakeGenerator
 from sparkfold.engines.generator import EngineFailure, EngineGone, SamplingParams
 from sparkfold.engines.server import create_app
 from sparkfold.engines.serving import EngineService
+from sparkfold.glm.errors import GrammarDeadEnd
 from sparkfold.protocol import (
     ChatCompletion,
     ChatCompletionChunk,
@@ -321,9 +322,14 @@ def test_an_engine_error_is_counted_as_error(fake: FakeGenerator) -> None:
     [
         (EngineGone("the engine core (pid 7) exited with code -9"), 503, "engine_unavailable"),
         (EngineFailure("lost rank 1"), 500, "engine_error"),
+        (
+            GrammarDeadEnd("the grammar allows no token after 2 tokens", "guided_grammar"),
+            400,
+            "grammar_dead_end",
+        ),
     ],
 )
-def test_a_gone_engine_is_503_unavailable_and_a_failed_one_500(
+def test_a_gone_engine_is_503_a_failed_one_500_a_grammar_dead_end_400(
     fake: FakeGenerator, failure: BaseException, status: int, code: str
 ) -> None:
     fake.fail_after, fake.failure = 0, failure
