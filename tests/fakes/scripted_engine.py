@@ -87,6 +87,7 @@ class ScriptedEngine:
         self.health_calls = 0
         self.models_calls = 0
         self.capabilities: dict[str, Any] | None = None  # the /v1/models card's block; None: none
+        self.window: int | None = None  # the /v1/models card's max_model_len; None: not listed
         self.streams = 64  # lanes it reports in /health
         self.requests: list[dict[str, Any]] = []
         self.active = 0
@@ -168,6 +169,8 @@ class ScriptedEngine:
             card: dict[str, Any] = {"id": "fake", "object": "model", "owned_by": "test"}
             if self.capabilities is not None:
                 card["capabilities"] = self.capabilities
+            if self.window is not None:
+                card["max_model_len"] = self.window
             await _json(send, {"object": "list", "data": [card]})
         elif path == "/tokenize":
             await self._tokenize_gate()

@@ -12,6 +12,7 @@ exception, so a suite counts it.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,7 +20,18 @@ from typing import Any
 
 import httpx
 
-__all__ = ["Endpoint", "Reply", "open_client", "resolve_endpoint", "stream_chat"]
+__all__ = [
+    "PROMPT_ROOM",
+    "Endpoint",
+    "Reply",
+    "open_client",
+    "reply_budget",
+    "resolve_endpoint",
+    "stream_chat",
+]
+
+PROMPT_ROOM = 1_024
+"""Tokens a capped reply budget leaves for the prompt (a HumanEval problem in a chat template)."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +64,20 @@ class Endpoint:
     model: str
     api_key: str | None = None
     window: int | None = None  # max_model_len from /v1/models, when listed
+
+
+def reply_budget(what: str, model: str, window: int | None, requested: int) -> int:
+    """``requested``, capped so a prompt of up to :data:`PROMPT_ROOM` tokens still fits ``window``
+    (an endpoint refuses prompt + ``max_tokens`` past it with a 400), saying so on stderr."""
+    if window is None or requested + PROMPT_ROOM <= window:
+        return requested
+    budget = max(window - PROMPT_ROOM, 16)
+    print(
+        f"{what}: max_tokens {requested} does not fit {model}'s {window}-token window: replies capped "
+        f"at {budget} tokens (the window less {PROMPT_ROOM} for the prompt)",
+        file=sys.stderr,
+    )
+    return budget
 
 
 def open_client(endpoint_url: str, api_key: str | None, timeout_s: float, streams: int) -> httpx.AsyncClient:

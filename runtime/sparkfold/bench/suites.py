@@ -57,6 +57,10 @@ class Knobs:
     exact_tokens: int = 64
     max_seconds: float = 900.0
     progress: bool = field(default_factory=lambda: sys.stderr.isatty())
+    budget_s: float = 0.0
+    """> 0: size the knobs not in ``fixed`` by a first measured request to fit this (``plan``)."""
+    fixed: frozenset[str] = frozenset()
+    """Knobs the user set: a plan keeps them."""
 
 
 def _percentile(values: list[float], q: float) -> float | None:

@@ -69,6 +69,26 @@ def _plot(runs: list[tuple[str, dict[str, Any]]], out: Path, prefix: str = "") -
         raise click.ClickException(str(exc)) from None
 
 
+_SIZED = {
+    "levels": "levels",
+    "rounds": "rounds",
+    "warmup": "warmup",
+    "max_tokens": "max_tokens",
+    "prefill_lengths": "prefill_lengths",
+    "reuse_tokens": "reuse_tokens",
+    "system_tokens": "system_tokens",
+}
+"""Parameters a time budget may size (click name: knob), unless given on the command line."""
+
+
+def _set_by_user(ctx: click.Context) -> frozenset[str]:
+    return frozenset(
+        knob
+        for name, knob in _SIZED.items()
+        if ctx.get_parameter_source(name) not in (click.core.ParameterSource.DEFAULT, None)
+    )
+
+
 @click.command()
 @click.argument("url", required=False)
 @click.option(
@@ -120,6 +140,15 @@ def _plot(runs: list[tuple[str, dict[str, Any]]], out: Path, prefix: str = "") -
 )
 @bounded_option("--exact-requests", 4, 2, 64, "exact: replies compared, serial against concurrent.")
 @bounded_option("--max-seconds", 900.0, 1, 86_400, "Time limit per phase (and per request).", metavar="S")
+@bounded_option(
+    "--time-budget",
+    480.0,
+    0,
+    86_400,
+    "Size the decode and exact knobs you leave unset by a first measured request so the run takes "
+    "about this long (each phase's deadline a share of it); 0: the recipe's sizes as listed.",
+    metavar="S",
+)
 @click.option("--model", metavar="ID", default=None, help="Model id (default: the first listed).")
 @click.option(
     "--api-key",
@@ -171,6 +200,7 @@ def command(
     system_tokens: int,
     exact_requests: int,
     max_seconds: float,
+    time_budget: float,
     model: str | None,
     api_key: str | None,
     label: str | None,
@@ -204,6 +234,8 @@ def command(
         system_tokens=system_tokens,
         exact_requests=exact_requests,
         max_seconds=max_seconds,
+        budget_s=time_budget,
+        fixed=_set_by_user(click.get_current_context()),
         **({} if progress is None else {"progress": progress}),
     )
 
@@ -220,7 +252,8 @@ def command(
             (plot_dir / "bench.md").write_text(markdown(result))
 
     try:
-        result = run(url, suites, knobs, api_key=api_key, model=model, on_suite=keep)
+        note = (lambda line: None) if as_json else (lambda line: click.echo(f"bench: {line}", err=True))
+        result = run(url, suites, knobs, api_key=api_key, model=model, on_suite=keep, on_note=note)
     except (httpx.HTTPError, LookupError) as exc:
         raise click.ClickException(f"{url}: {exc}") from None
     keep(result)

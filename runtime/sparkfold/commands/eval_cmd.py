@@ -9,6 +9,7 @@ from typing import Any
 import click
 import httpx
 
+from sparkfold.bench.client import reply_budget
 from sparkfold.commands._options import bounded_option, echo_json, json_option
 
 SUITES = ("humaneval", "gsm8k", "humaneval+", "mbpp+")
@@ -40,12 +41,14 @@ def _harness(
 ) -> int:
     from sparkfold.evals.harnesses import command_for
 
-    model = options["model"]
-    if model is None:
-        try:
-            listed = httpx.get(url.rstrip("/") + "/v1/models", timeout=30, trust_env=False).raise_for_status()
-            model = listed.json()["data"][0]["id"]
-        except (httpx.HTTPError, ValueError, KeyError, IndexError) as exc:
+    model, window = options["model"], None
+    try:
+        listed = httpx.get(url.rstrip("/") + "/v1/models", timeout=30, trust_env=False).raise_for_status()
+        cards = listed.json()["data"]
+        card = next(c for c in cards if model is None or c["id"] == model)
+        model, window = card["id"], card.get("max_model_len")
+    except (httpx.HTTPError, ValueError, KeyError, StopIteration) as exc:
+        if model is None:
             raise click.ClickException(f"{url}: cannot list the served model ({exc}); pass --model") from None
     harness = command_for(
         suite,
@@ -53,7 +56,7 @@ def _harness(
         model,
         api_key=options["api_key"],
         limit=options["limit"],
-        max_tokens=options["max_tokens"],
+        max_tokens=reply_budget(suite, model, window, options["max_tokens"]),
         thinking=thinking,
         concurrency=options["concurrency"],
         out_dir=str(out_dir / suite),
@@ -96,6 +99,15 @@ def _harness(
 )
 @bounded_option("--concurrency", 4, 1, 64, "Requests in flight.")
 @bounded_option(
+    "--max-seconds",
+    480.0,
+    0,
+    604_800,
+    "humaneval: ask no problem past this and drop replies still running; the score is over those "
+    "answered (0: no limit, all of them).",
+    metavar="S",
+)
+@bounded_option(
     "--test-timeout", 10.0, 0.5, 600, "humaneval: time limit of one problem's tests.", metavar="S"
 )
 @click.option("--model", metavar="ID", default=None, help="Model id (default: the first listed).")
@@ -121,6 +133,7 @@ def command(
     max_tokens: int,
     thinking: str,
     concurrency: int,
+    max_seconds: float,
     test_timeout: float,
     model: str | None,
     api_key: str | None,
@@ -148,7 +161,8 @@ def command(
             continue
         shown = sys.stderr.isatty() if progress is None else progress
         try:
-            report = _humaneval(url, think, options | {"timeout_s": test_timeout, "progress": shown})
+            extra = {"timeout_s": test_timeout, "progress": shown, "max_seconds": max_seconds}
+            report = _humaneval(url, think, options | extra)
         except (httpx.HTTPError, LookupError) as exc:
             raise click.ClickException(f"{url}: {exc}") from None
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -157,8 +171,14 @@ def command(
         failed |= report["errors"] > 0
         if not as_json:
             click.echo(
-                f"humaneval: pass@1 {report['pass_at_1']:.3f} ({report['passed']} of {report['problems']}), "
-                f"{report['model']}, thinking {'on' if think else 'off'}, max_tokens {max_tokens}; "
+                f"humaneval: pass@1 {report['pass_at_1']:.3f} ({report['passed']} of {report['problems']}"
+                + (
+                    f" answered within --max-seconds {max_seconds:g}; {report['of']} asked for"
+                    if report["problems"] < report["of"]
+                    else ""
+                )
+                + "), "
+                f"{report['model']}, thinking {'on' if think else 'off'}, max_tokens {report['max_tokens']}; "
                 f"errors {report['errors']}, out of budget {len(report['truncated'])}"
             )
             for sample in report["error_samples"]:

