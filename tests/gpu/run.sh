@@ -2,8 +2,9 @@
 # The whole GPU run in one command, on a host with an NVIDIA GPU (see docs/gpu.md):
 #   tests/gpu/run.sh OUT_DIR
 # 1. installs carried wheels (WHEELS, default .whl/) into /tmp/site (no network needed);
-# 2. imports the carried exllamav3 extension build (EXT_DIR, default .gpu/ext/) or builds it
-#    (~300 s) and leaves the build in OUT_DIR as two parts under 16 MiB (ext.so.part-aa, -ab);
+# 2. imports the carried exllamav3 extension build (EXT_DIR, default .gpu/ext/: exllamav3_ext.so, or
+#    exllamav3_ext.so.xz) or builds it (~300 s) and leaves a fresh build in OUT_DIR xz-packed in
+#    parts under 16 MiB (ext.so.xz.part-aa …; a call that reused an earlier build leaves none);
 # 3. writes the decisive tiny GLM-5.3-Flash fixture and converts it to EXL3;
 # 4. runs tests/gpu and the benchmark; logs and results land in OUT_DIR.
 # STEPS (default "tests bench bench-large") picks what step 4 runs, PYTEST_K narrows the tests
@@ -38,20 +39,27 @@ if compgen -G "$WHEELS/*.whl" >/dev/null; then
     "$WHEELS"/*.whl >>"$OUT/run.log" 2>&1 || { log "wheel install failed"; exit 1; }
 fi
 export PYTHONPATH=$PWD/runtime:$PWD:/tmp/site PATH=/tmp/site/bin:$PATH  # carried tools (py-spy)
+if [ ! -f "$EXT_DIR/exllamav3_ext.so" ] && [ -f "$EXT_DIR/exllamav3_ext.so.xz" ]; then  # carried packed
+  log "unpacking the carried extension build $EXT_DIR/exllamav3_ext.so.xz"
+  mkdir -p "$WORK/ext" && python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" \
+    "$EXT_DIR/exllamav3_ext.so.xz" "$WORK/ext/exllamav3_ext.so" && EXT_DIR=$WORK/ext
+fi
 if [ -f "$EXT_DIR/exllamav3_ext.so" ]; then
   log "using the carried extension build $EXT_DIR"
   export PYTHONPATH=$PYTHONPATH:$(cd "$EXT_DIR" && pwd)
 fi
 log "importing exllamav3 (builds its extension unless carried)"
+touch "$WORK/.import-start"
 if ! timeout 900 python3 -c "import exllamav3, exllamav3.ext as e; print(exllamav3.__file__, e.exllamav3_ext.__file__)" \
     >>"$OUT/ext.log" 2>&1; then
   log "exllamav3 import failed (ext.log)"; tail -30 "$OUT/ext.log"; exit 1
 fi
 tail -1 "$OUT/ext.log" | tee -a "$OUT/run.log"
 built=$(ls "$TORCH_EXTENSIONS_DIR"/exllamav3_ext/exllamav3_ext.so 2>/dev/null || true)
-if [ -n "$built" ]; then
-  log "splitting the fresh build into $OUT (join: cat ext.so.part-* > exllamav3_ext.so)"
-  split -b 15M "$built" "$OUT/ext.so.part-"
+if [ -n "$built" ] && [ "$built" -nt "$WORK/.import-start" ]; then  # built by this call (a warm one reuses it)
+  log "packing the fresh build into $OUT (join: cat ext.so.xz.part-* > exllamav3_ext.so.xz)"
+  python3 -c "import lzma, shutil, sys; shutil.copyfileobj(open(sys.argv[1], 'rb'), lzma.open(sys.argv[2], 'wb'))" \
+    "$built" "$WORK/ext.so.xz" && split -b 15M "$WORK/ext.so.xz" "$OUT/ext.so.xz.part-"
   sha256sum "$built" | tee "$OUT/ext.so.sha256"
 fi
 
