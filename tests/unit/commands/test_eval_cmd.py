@@ -112,13 +112,14 @@ def test_extract_code_prefers_the_block_with_a_function() -> None:
 
 
 def test_a_window_smaller_than_the_reply_budget_caps_it_and_says_so(
-    engine: tuple[ScriptedEngine, str],
+    engine: tuple[ScriptedEngine, str], tmp_path: Path
 ) -> None:
     """The demo model's 8,192-token window against the 16,384-token default: capped, not a 400."""
     fake, url = engine
     fake.window = 8192
     fake.queue(Script(content=[RIGHT_0]))
-    result = CliRunner().invoke(main, ["eval", url, "--limit", "1", "--no-progress"], catch_exceptions=False)
+    args = ["eval", url, "--limit", "1", "--no-progress", "--out", str(tmp_path)]
+    result = CliRunner().invoke(main, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert (
         "max_tokens 16384 does not fit fake's 8192-token window: replies capped at 7168 tokens"
