@@ -410,6 +410,10 @@ class TensorfoldSettings(_Section):
         return [name for name, on in wanted.items() if on]
 
 
+FORCED_CALLS_PER_TOOL = 8
+"""The default of ``[engine] forced_calls_per_tool``."""
+
+
 class EngineSettings(_Section):
     """The engine rank. Identical on every rank: its fingerprint is compared at rendezvous."""
 
@@ -427,6 +431,13 @@ class EngineSettings(_Section):
     max_tokens: int = Field(32_768, ge=1, description="reply budget when a request sets none")
     parallel: int = Field(4, ge=1, le=64, description="requests the engine runs at once")
     thinking: bool = Field(True, description="thinking on by default")
+    forced_calls_per_tool: int = Field(
+        FORCED_CALLS_PER_TOOL,
+        ge=1,
+        le=1024,
+        description="GLM: a reply whose tool calls are forced (tool_choice required or named, parallel "
+        "calls allowed) ends after this many calls per offered tool (an identical call ends it too)",
+    )
     seed: int = Field(0, ge=0, description="base seed for sampled requests without a seed")
     drain_s: float = Field(30.0, ge=0, description="on SIGTERM, wait this long for in-flight requests")
     stall_s: float = Field(

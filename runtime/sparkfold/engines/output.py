@@ -20,13 +20,21 @@ __all__ = ["OutputParser", "ParserFactory", "PlainParser", "TextStream"]
 class OutputParser(Protocol):
     """Splits reply text into deltas. ``finish`` flushes what it held back."""
 
-    tool_calls_made: bool
-    """True once a tool call was emitted (the finish reason becomes ``tool_calls``)."""
+    @property
+    def tool_calls_made(self) -> bool:
+        """True once a tool call was emitted (the finish reason becomes ``tool_calls``)."""
+        ...
+
+    @property
+    def ended(self) -> bool:
+        """True once the reply is over by the parser's rules (the GLM parser's bound on calls):
+        the engine stops generating, as at a stop token."""
+        ...
 
     def feed(self, text: str) -> list[Delta]: ...
 
     def finish(self, finish_reason: str | None = None) -> list[Delta]:
-        """End of reply (``"length"``: it was cut off, so an open tool call is dropped)."""
+        """End of reply (``"length"``: it was cut off, so an open tool call ends where it was cut)."""
         ...
 
 
@@ -37,6 +45,7 @@ class PlainParser:
     """Everything the model writes is ``content``."""
 
     tool_calls_made = False
+    ended = False
 
     def feed(self, text: str) -> list[Delta]:
         return [Delta(content=text)] if text else []

@@ -476,7 +476,7 @@ class EngineService:
                 piece = text.push(token)
                 if piece:
                     yield piece
-                if text.stopped:
+                if text.stopped or prepared.parser.ended:  # the parser may end a reply (a repeated call)
                     finish = "stop"
                     break
             tail = text.flush()

@@ -115,6 +115,7 @@ class ToolCallParser:
         self._in_call = False
         self._index = 0
         self.tool_calls_made = False
+        self.ended = False
 
     def feed(self, text: str) -> list[Delta]:
         self._pending += text

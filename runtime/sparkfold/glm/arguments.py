@@ -27,7 +27,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["coerce_arguments", "coerce_value", "repair_arguments", "repair_value"]
+__all__ = ["coerce_arguments", "coerce_value", "repair_arguments", "repair_value", "streams_raw"]
 
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
     "string": (str,),
@@ -84,6 +84,21 @@ def _parse(text: str) -> tuple[bool, Any]:
         return False, None
 
 
+def _bounded(schema: Mapping[str, Any]) -> bool:
+    return "maxLength" in schema or "minLength" in schema
+
+
+def streams_raw(schema: Any) -> bool:
+    """Whether :func:`coerce_value` keeps any text of this property as it is (a plain string), so
+    the value can be written out while it is generated."""
+    return (
+        isinstance(schema, Mapping)
+        and "enum" not in schema
+        and not _bounded(schema)
+        and _allowed_types(schema) == {"string"}
+    )
+
+
 def coerce_value(text: str, schema: Mapping[str, Any] | None) -> Any:
     """One argument value: raw ``text`` typed by its property ``schema``."""
     if not isinstance(schema, Mapping):
@@ -95,8 +110,7 @@ def coerce_value(text: str, schema: Mapping[str, Any] | None) -> Any:
         return text.strip()
     types = _allowed_types(schema)
     if types == {"string"}:
-        bounded = "maxLength" in schema or "minLength" in schema
-        return text.strip() if bounded else text  # a grammar lets whitespace surround a bounded one
+        return text.strip() if _bounded(schema) else text  # a grammar lets whitespace surround a bounded one
     ok, value = _parse(text)
     if not ok:
         return text

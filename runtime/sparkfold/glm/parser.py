@@ -5,16 +5,20 @@ Feed decoded text (special tokens kept) as it arrives; each :meth:`OutputParser.
 
 * The prompt opens ``<think>`` (thinking on), so text up to ``</think>`` is reasoning; with
   thinking off everything is content (a ``<think>`` before any content still opens reasoning).
-* ``<tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value>…</tool_call>`` is held until it
-  closes and then emitted whole, its values typed by the offered schema; meanwhile deltas are
-  empty. A call cut off by the token budget (``finish(truncated=True)``) is never emitted; a call
-  that a stop token ends without ``</tool_call>`` is complete.
+* ``<tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value>…</tool_call>`` streams as it is
+  generated (:mod:`sparkfold.glm.calls`): its name once known, then its JSON arguments, string
+  values piece by piece, other values typed by the offered schema as each closes. A call cut off
+  by the token budget (``finish(truncated=True)``) ends with what was generated (its arguments
+  an unfinished JSON text); a call that a stop token ends without ``</tool_call>`` is complete.
+* A reply's calls are bounded: a call identical to an earlier one of the reply is dropped and ends
+  the reply, and so does reaching ``max_calls`` (the engine stops on :attr:`OutputParser.finished`).
 * A call written inside the think block is a call: ``<tool_call>`` ends the reasoning there
   (what the model meant) and a later stray ``</think>`` is dropped.
 * Malformed calls seen in production are repaired where the intent is clear (missing
   ``<arg_value>`` / ``<arg_key>`` openers, doubled closers, the JSON form ``NAME>{…}``,
   display names like ``Weather/get_weather``); a call to a tool the request did not offer, or one
-  that cannot be read, is not returned as a call (it is kept in :attr:`OutputParser.rejected`).
+  that cannot be read, is not returned as a call (it is kept in :attr:`OutputParser.rejected`):
+  the name is known before any piece of the call goes out, so nothing of it is ever sent.
 * ``<|endoftext|>``, ``<|user|>``, ``<|observation|>`` and ``<|assistant|>`` end the reply and
   never reach the text, nor do stray call tags outside a call, nor any other control token
   (``<|end_of_transcription|>`` …); leading and trailing whitespace of each channel is dropped.
@@ -24,20 +28,17 @@ The result does not depend on how the text is split into pieces.
 
 from __future__ import annotations
 
-import json
-import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparkfold.glm.arguments import coerce_arguments
+from sparkfold.glm.calls import CallWriter, ParsedToolCall, ToolCallPiece
 from sparkfold.glm.tokens import SPECIAL_TOKENS, STOP_TOKENS, THINK, THINK_END, TOOL_CALL, TOOL_CALL_END
 from sparkfold.protocol import Delta, ToolCallDelta
 
-__all__ = ["OutputParser", "ParsedDelta", "ParsedMessage", "ParsedToolCall", "parse_output"]
+__all__ = ["OutputParser", "ParsedDelta", "ParsedMessage", "ParsedToolCall", "ToolCallPiece", "parse_output"]
 
-_ARG_TAGS = re.compile(r"(</?arg_key>|</?arg_value>)")
 _STRAY_TAGS = (
     TOOL_CALL_END,
     "<arg_key>",
@@ -52,40 +53,26 @@ _OUTSIDE_TAGS = (THINK, THINK_END, TOOL_CALL, *STOP_TOKENS, *_STRAY_TAGS, *_SKIP
 _INSIDE_TAGS = (TOOL_CALL_END, TOOL_CALL, *STOP_TOKENS)
 
 
-@dataclass(frozen=True)
-class ParsedToolCall:
-    index: int
-    id: str
-    name: str
-    arguments: str  # JSON text
-
-    def wire(self) -> dict[str, Any]:
-        """The OpenAI ``tool_calls`` entry."""
-        return {
-            "id": self.id,
-            "type": "function",
-            "function": {"name": self.name, "arguments": self.arguments},
-        }
-
-
 @dataclass
 class ParsedDelta:
     reasoning: str = ""
     content: str = ""
-    tool_calls: list[ParsedToolCall] = field(default_factory=list)
+    tool_calls: list[ToolCallPiece] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
         return not (self.reasoning or self.content or self.tool_calls)
 
     def to_delta(self) -> Delta:
-        """The wire delta; an empty one carries ``content: ""`` so proxies keep the stream open."""
+        """The wire delta: a call's first piece carries its id, type and name (OpenAI's shape)."""
         calls = [
-            ToolCallDelta(index=c.index, id=c.id, type="function", function=c.wire()["function"])
+            ToolCallDelta(index=c.index, function={"arguments": c.arguments})
+            if c.name is None
+            else ToolCallDelta(
+                index=c.index, id=c.id, type="function", function={"name": c.name, "arguments": c.arguments}
+            )
             for c in self.tool_calls
         ]
-        if self.empty:
-            return Delta(content="")
         return Delta(
             reasoning_content=self.reasoning or None, content=self.content or None, tool_calls=calls or None
         )
@@ -139,31 +126,10 @@ def _first_tag(text: str, tags: Sequence[str]) -> tuple[int, str]:
     return best, found
 
 
-def _read_arguments(body: str) -> tuple[str, dict[str, str]]:
-    """Name and raw argument texts of a call body, tolerating missing openers and doubled closers."""
-    pieces = _ARG_TAGS.split(body)
-    name = pieces[0]
-    args: dict[str, str] = {}
-    key: str | None = None
-    buffer = ""
-    for piece in pieces[1:]:
-        if piece == "<arg_key>" or piece == "<arg_value>":
-            buffer = ""
-        elif piece == "</arg_key>":
-            if buffer.strip():
-                key = buffer.strip()
-            buffer = ""
-        elif piece == "</arg_value>":
-            if key is not None:
-                args[key] = buffer
-            key, buffer = None, ""
-        else:
-            buffer += piece
-    return name, args
-
-
 class OutputParser:
-    """Incremental parser for one reply. ``tools`` are the offered tools (OpenAI shape)."""
+    """Incremental parser for one reply. ``tools`` are the offered tools (OpenAI shape);
+    ``max_calls`` ends the reply once that many calls were made (forced calls: see
+    :meth:`sparkfold.glm.serving.GlmChat.parser_for`)."""
 
     def __init__(
         self,
@@ -171,6 +137,7 @@ class OutputParser:
         *,
         thinking: bool = True,
         id_factory: Callable[[], str] | None = None,
+        max_calls: int | None = None,
     ) -> None:
         self._schemas: dict[str, Any] = {}
         for tool in tools or []:
@@ -178,10 +145,14 @@ class OutputParser:
             if function.get("name"):
                 self._schemas[str(function["name"])] = function.get("parameters") or {}
         self._new_id = id_factory or (lambda: f"call_{uuid.uuid4().hex[:24]}")
+        self._max_calls = max_calls
         self._mode = "reasoning" if thinking else "content"
         self._channels = {"reasoning": _Channel(), "content": _Channel()}
         self._pending = ""
+        self._call: CallWriter | None = None
+        self._truncated = False
         self.finished = False
+        """The reply is over (a stop token, a repeated call, ``max_calls``): the engine may stop."""
         self.stop_token: str | None = None
         self.tool_calls: list[ParsedToolCall] = []
         self.rejected: list[str] = []
@@ -200,14 +171,11 @@ class OutputParser:
         return delta
 
     def finish(self, *, truncated: bool = False) -> ParsedDelta:
-        """End of generation: ``truncated`` when the token budget ran out (an open call is dropped)."""
+        """End of generation: ``truncated`` when the token budget ran out (an open call is cut)."""
         delta = ParsedDelta()
         if not self.finished:
             if self._mode == "call":
-                if truncated:
-                    self.rejected.append(self._pending)
-                else:
-                    self._close_call(self._pending, delta)
+                self._close_call(self._pending, delta, cut=truncated)
                 self._pending = ""
             else:
                 self._run(delta, final=True)
@@ -219,7 +187,7 @@ class OutputParser:
 
     @property
     def finish_reason(self) -> str:
-        if getattr(self, "_truncated", False):
+        if self._truncated:
             return "length"
         return "tool_calls" if self.tool_calls else "stop"
 
@@ -245,7 +213,7 @@ class OutputParser:
             delta.content += out
             self._content.append(out)
 
-    def _stop(self, tag: str) -> None:
+    def _stop(self, tag: str | None) -> None:
         self.finished = True
         self.stop_token = tag
         self._pending = ""
@@ -255,9 +223,15 @@ class OutputParser:
             if self._mode == "call":
                 at, tag = _first_tag(self._pending, _INSIDE_TAGS)
                 if at == -1:
+                    keep = _partial_tag(self._pending, _INSIDE_TAGS)
+                    body = self._pending[: len(self._pending) - keep]
+                    self._pending = self._pending[len(body) :]
+                    delta.tool_calls += self._writer().feed(body)
                     return
                 body, self._pending = self._pending[:at], self._pending[at + len(tag) :]
                 self._close_call(body, delta)
+                if self.finished:
+                    return
                 if tag == TOOL_CALL:
                     continue  # a new call opens without the previous one closing
                 self._mode = "content"
@@ -289,20 +263,31 @@ class OutputParser:
             self._channels[self._mode].cut()
             self._mode = "call"
 
-    def _close_call(self, body: str, delta: ParsedDelta) -> None:
-        call = self._read_call(body)
-        if call is None:
-            self.rejected.append(body)
-            return
-        name, arguments = call
-        parsed = ParsedToolCall(
-            index=len(self.tool_calls),
-            id=self._new_id(),
-            name=name,
-            arguments=json.dumps(arguments, ensure_ascii=False),
-        )
-        self.tool_calls.append(parsed)
-        delta.tool_calls.append(parsed)
+    def _writer(self) -> CallWriter:
+        if self._call is None:
+            self._call = CallWriter(
+                len(self.tool_calls),
+                schemas=self._schemas,
+                resolve=self._resolve,
+                new_id=self._new_id,
+                earlier=self.tool_calls,
+            )
+        return self._call
+
+    def _close_call(self, body: str, delta: ParsedDelta, *, cut: bool = False) -> None:
+        writer = self._writer()
+        self._call = None
+        delta.tool_calls += writer.feed(body)
+        call, pieces = writer.close(cut=cut)
+        delta.tool_calls += pieces
+        if writer.repeated:
+            self._stop(None)  # the model repeats itself: the reply is over
+        elif call is None:
+            self.rejected.append(writer.body)
+        else:
+            self.tool_calls.append(call)
+            if self._max_calls is not None and len(self.tool_calls) >= self._max_calls:
+                self._stop(None)
 
     def _resolve(self, name: str) -> str | None:
         name = name.strip().strip(">").strip()
@@ -314,23 +299,6 @@ class OutputParser:
                 return tail
         return None
 
-    def _read_call(self, body: str) -> tuple[str, dict[str, Any]] | None:
-        if _ARG_TAGS.search(body) is None and "{" in body:
-            head, brace, rest = body.partition("{")
-            name = self._resolve(head)
-            try:
-                value = json.loads(brace + rest)
-            except json.JSONDecodeError:
-                return None
-            if name is None or not isinstance(value, dict):
-                return None
-            return name, value
-        raw_name, raw_args = _read_arguments(body)
-        name = self._resolve(raw_name)
-        if name is None:
-            return None
-        return name, coerce_arguments(raw_args, self._schemas[name])
-
 
 def parse_output(
     text: str,
@@ -339,9 +307,10 @@ def parse_output(
     thinking: bool = True,
     truncated: bool = False,
     id_factory: Callable[[], str] | None = None,
+    max_calls: int | None = None,
 ) -> ParsedMessage:
     """Parse a whole reply at once (same rules as streaming)."""
-    parser = OutputParser(tools, thinking=thinking, id_factory=id_factory)
+    parser = OutputParser(tools, thinking=thinking, id_factory=id_factory, max_calls=max_calls)
     parser.feed(text)
     parser.finish(truncated=truncated)
     return parser.message()

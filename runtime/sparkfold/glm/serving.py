@@ -6,9 +6,15 @@ the vision tensors, the structured-output matcher and the parser for the reply. 
 mistake raises a :class:`~sparkfold.glm.errors.GlmError` (HTTP 400, ``param`` names the field).
 
 :class:`StreamParser` is the reply parser in the engine's ``OutputParser`` shape: ``feed(text)``
-and ``finish(finish_reason)`` return wire :class:`~sparkfold.protocol.Delta` lists (an empty
-delta, ``content: ""``, while a tool call is open); ``tool_calls_made`` says whether the
-finish reason becomes ``tool_calls``.
+and ``finish(finish_reason)`` return wire :class:`~sparkfold.protocol.Delta` lists (none for text
+that says nothing yet: no empty deltas; a tool call streams as ``tool_calls`` pieces);
+``tool_calls_made`` says whether the finish reason becomes ``tool_calls``; ``ended`` that the
+reply is over before the engine saw it end (a repeated call, the forced-call cap).
+
+Forced calls (``tool_choice`` ``"required"`` or a named function, parallel calls allowed) are a
+grammar of "one or more calls" (:mod:`sparkfold.glm.grammar`), which GLM-5.3 fills by repeating
+calls until ``max_tokens``; the parser bounds them: an identical call ends the reply, and so does
+the ``forced_calls_per_tool`` × offered tools-th call (``[engine] forced_calls_per_tool``).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from sparkfold.config import FORCED_CALLS_PER_TOOL
 from sparkfold.glm.errors import MediaError
 from sparkfold.glm.media import MediaLimits, collect_media, load_media, require_vision, vision_inputs
 from sparkfold.glm.parser import OutputParser
@@ -26,7 +33,7 @@ from sparkfold.glm.render import PromptRenderer, RenderedPrompt
 from sparkfold.glm.tokens import STOP_TOKENS, THINK_END
 from sparkfold.protocol import Delta
 
-__all__ = ["GlmChat", "GlmTurn", "StreamParser", "is_glm_model"]
+__all__ = ["GlmChat", "GlmTurn", "StreamParser", "forced_call_cap", "is_glm_model"]
 
 GLM_MODEL_TYPES = frozenset({"glm5_next", "glm5_next_text", "glm_moe_dsa"})
 
@@ -38,27 +45,44 @@ def is_glm_model(config: Any) -> bool:
     return getattr(config, "model_type", None) in GLM_MODEL_TYPES
 
 
+def forced_call_cap(request: Any, per_tool: int) -> int | None:
+    """At most this many calls in a reply whose calls are forced with parallel calls allowed."""
+    tools = getattr(request, "tools", None) or []
+    choice = getattr(request, "tool_choice", None)
+    if not tools or not (choice == "required" or isinstance(choice, Mapping)):
+        return None
+    return per_tool * (1 if isinstance(choice, Mapping) else len(tools))
+
+
 class StreamParser:
     """The GLM reply parser behind an engine's ``OutputParser`` seam."""
 
-    def __init__(self, tools: Sequence[Mapping[str, Any]] | None, *, thinking: bool) -> None:
-        self._parser = OutputParser(tools, thinking=thinking)
-        self.tool_calls_made = False
+    def __init__(
+        self, tools: Sequence[Mapping[str, Any]] | None, *, thinking: bool, max_calls: int | None = None
+    ) -> None:
+        self._parser = OutputParser(tools, thinking=thinking, max_calls=max_calls)
 
     @property
     def rejected(self) -> list[str]:
         """Raw text of calls that were not returned (unoffered tool, unreadable)."""
         return self._parser.rejected
 
+    @property
+    def tool_calls_made(self) -> bool:
+        return bool(self._parser.tool_calls)
+
+    @property
+    def ended(self) -> bool:
+        """The reply is over: what the model writes next would be dropped, so the engine stops."""
+        return self._parser.finished
+
     def feed(self, text: str) -> list[Delta]:
         delta = self._parser.feed(text)
-        self.tool_calls_made = self.tool_calls_made or bool(delta.tool_calls)
-        return [delta.to_delta()]
+        return [] if delta.empty else [delta.to_delta()]
 
     def finish(self, finish_reason: str | None = None) -> list[Delta]:
-        """End of reply; ``finish_reason == "length"`` drops a call that was cut off."""
+        """End of reply; ``finish_reason == "length"`` ends an open call where it was cut."""
         delta = self._parser.finish(truncated=finish_reason == "length")
-        self.tool_calls_made = self.tool_calls_made or bool(delta.tool_calls)
         return [] if delta.empty else [delta.to_delta()]
 
 
@@ -70,9 +94,10 @@ class GlmTurn:
     rendered: RenderedPrompt
     vision: dict[str, Any] = field(default_factory=dict)
     matcher: Any = None  # ConstrainedMatcher | None
+    max_calls: int | None = None
 
     def parser(self) -> StreamParser:
-        return StreamParser(self.rendered.tools, thinking=self.rendered.thinking)
+        return StreamParser(self.rendered.tools, thinking=self.rendered.thinking, max_calls=self.max_calls)
 
 
 class GlmChat:
@@ -90,6 +115,7 @@ class GlmChat:
         limits: MediaLimits | None = None,
         default_thinking: bool = True,
         model_name: str = "this model",
+        forced_calls_per_tool: int = FORCED_CALLS_PER_TOOL,
     ) -> None:
         self.tokenizer = tokenizer
         self.renderer = PromptRenderer.for_checkpoint(model_dir) if model_dir else PromptRenderer()
@@ -100,6 +126,7 @@ class GlmChat:
         self.limits = limits or MediaLimits()
         self.default_thinking = default_thinking
         self.model_name = model_name
+        self.forced_calls_per_tool = forced_calls_per_tool
 
     @cached_property
     def grammar(self) -> Any:
@@ -121,7 +148,8 @@ class GlmChat:
     def parser_for(self, request: Any) -> StreamParser:
         """The reply parser of ``request`` (the engine's ``ParserFactory`` seam)."""
         rendered = self.renderer.render_request(request, default_thinking=self.default_thinking)
-        return StreamParser(rendered.tools, thinking=rendered.thinking)
+        cap = forced_call_cap(request, self.forced_calls_per_tool)
+        return StreamParser(rendered.tools, thinking=rendered.thinking, max_calls=cap)
 
     def render(self, request: Any) -> str:
         """The prompt text alone (the engine's ``ChatRenderer`` seam; ``/tokenize``)."""
@@ -132,7 +160,11 @@ class GlmChat:
         from sparkfold.glm.grammar import constraint_from_request
 
         rendered = self.renderer.render_request(request, default_thinking=self.default_thinking)
-        turn = GlmTurn(prompt=rendered.text, rendered=rendered)
+        turn = GlmTurn(
+            prompt=rendered.text,
+            rendered=rendered,
+            max_calls=forced_call_cap(request, self.forced_calls_per_tool),
+        )
         parts = collect_media(request.messages)
         require_vision(parts, has_vision=self.has_vision, model=self.model_name)
         if parts:

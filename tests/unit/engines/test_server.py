@@ -235,6 +235,7 @@ class _ThinkingParser:
 
     def __init__(self) -> None:
         self.tool_calls_made = False
+        self.ended = False
         self.thinking = True
         self.finished_with: str | None = None
 

@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import itertools
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparkfold.glm.parser import OutputParser, ParsedMessage, parse_output
+from sparkfold.glm.parser import (
+    OutputParser,
+    ParsedMessage,
+    ParsedToolCall,
+    ToolCallPiece,
+    parse_output,
+)
 
 TOOLS = [
     {
@@ -43,8 +50,23 @@ def parse(text: str, **kwargs: Any) -> ParsedMessage:
     return parse_output(text, TOOLS, id_factory=ids(), **kwargs)
 
 
-def streamed(pieces: list[str], *, truncated: bool = False, thinking: bool = True) -> ParsedMessage:
-    parser = OutputParser(TOOLS, thinking=thinking, id_factory=ids())
+def joined(pieces: list[ToolCallPiece]) -> list[ParsedToolCall]:
+    """The calls that streamed ``pieces`` add up to (the first piece of each names it)."""
+    calls: dict[int, ParsedToolCall] = {}
+    for piece in pieces:
+        if piece.name is not None:
+            assert piece.index not in calls and piece.id is not None
+            calls[piece.index] = ParsedToolCall(piece.index, piece.id, piece.name, piece.arguments)
+        else:
+            before = calls[piece.index]
+            calls[piece.index] = replace(before, arguments=before.arguments + piece.arguments)
+    return [calls[i] for i in sorted(calls)]
+
+
+def streamed(
+    pieces: list[str], *, truncated: bool = False, thinking: bool = True, **options: Any
+) -> ParsedMessage:
+    parser = OutputParser(TOOLS, thinking=thinking, id_factory=ids(), **options)
     reasoning, content, calls = "", "", []
     for piece in pieces:
         delta = parser.feed(piece)
@@ -55,8 +77,8 @@ def streamed(pieces: list[str], *, truncated: bool = False, thinking: bool = Tru
     reasoning += delta.reasoning
     content += delta.content
     calls += delta.tool_calls
-    assert calls == parser.tool_calls
-    return ParsedMessage(reasoning, content, calls, parser.finish_reason)
+    assert joined(calls) == parser.tool_calls
+    return ParsedMessage(reasoning, content, parser.tool_calls, parser.finish_reason)
 
 
 def args(message: ParsedMessage, index: int = 0) -> dict[str, Any]:
@@ -134,11 +156,33 @@ def test_call_inside_the_think_block_is_a_call() -> None:
     assert args(message) == {"city": "Oslo"}
 
 
-def test_truncated_call_is_never_emitted() -> None:
+def test_a_truncated_call_ends_where_it_was_cut() -> None:
     message = parse(
         "</think>Wait." + "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Par", truncated=True
     )
-    assert message.tool_calls == [] and message.content == "Wait." and message.finish_reason == "length"
+    assert message.content == "Wait." and message.finish_reason == "length"
+    assert [(c.name, c.arguments) for c in message.tool_calls] == [("get_weather", '{"city": "Par')]
+
+
+@pytest.mark.parametrize(
+    ("text", "arguments"),
+    [
+        (
+            "get_weather<arg_key>days</arg_key><arg_value>1",
+            '{"days": '[:0],
+        ),  # a typed value waits for its end
+        ("get_weather<arg_key>city</arg_key><arg_value>Oslo</arg_value><arg_key>da", '{"city": "Oslo"'),
+        ("get_weather", ""),
+        ('get_weather>{"city": "Os', '{"city": "Os'),
+    ],
+)
+def test_a_truncated_call_keeps_what_was_generated(text: str, arguments: str) -> None:
+    message = parse("</think><tool_call>" + text, truncated=True)
+    assert [(c.name, c.arguments) for c in message.tool_calls] == [("get_weather", arguments)]
+
+
+def test_a_call_cut_before_its_name_is_known_is_not_a_call() -> None:
+    assert parse("</think><tool_call>get_wea", truncated=True).tool_calls == []
 
 
 def test_call_ended_by_a_stop_token_without_close_is_complete() -> None:
@@ -198,15 +242,60 @@ def test_other_control_tokens_are_skipped_from_the_text(token: str) -> None:
     assert (message.reasoning, message.content) == ("why", "answer")
 
 
-def test_empty_deltas_while_a_call_is_open() -> None:
-    parser = OutputParser(TOOLS)
+def test_a_call_streams_as_it_is_generated() -> None:
+    """The name at the first argument tag, a string value piece by piece, a typed value whole."""
+    parser = OutputParser(TOOLS, id_factory=ids())
     parser.feed("</think>")
-    deltas = [parser.feed(p) for p in ["<tool_call>get_weather", "<arg_key>city</arg_key>", "<arg_value>X"]]
-    assert all(d.empty for d in deltas)
-    assert deltas[0].to_delta().content == ""
-    closing = parser.feed("</arg_value></tool_call>")
-    wire = closing.to_delta().model_dump(exclude_none=True)
-    assert wire["tool_calls"][0]["function"] == {"name": "get_weather", "arguments": '{"city": "X"}'}
+    steps = [
+        "<tool_call>get_weather",
+        "<arg_key>city</arg_key>",
+        "<arg_value>Sa",
+        'o "P',
+        'aulo"\n</arg',
+        "_value>",
+    ]
+    steps += ["<arg_key>days</arg_key><arg_value>1", "2</arg_value>", "</tool_call>"]
+    wire = [
+        [c.model_dump(exclude_none=True) for c in parser.feed(p).to_delta().tool_calls or []] for p in steps
+    ]
+    first = {
+        "index": 0,
+        "id": "call_0",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": ""},
+    }
+    assert wire[:2] == [[], [first]]
+    pieces = [p["function"]["arguments"] for step in wire[2:] for p in step]
+    assert pieces == ['{"city": "Sa', 'o \\"P', 'aulo\\"\\n', '"', ', "days": 12', "}"]
+    assert json.loads("".join(pieces)) == {"city": 'Sao "Paulo"\n', "days": 12}
+    assert parser.feed("<|observation|>").empty and parser.finished
+
+
+def test_text_that_says_nothing_yet_is_an_empty_delta() -> None:
+    parser = OutputParser(TOOLS)
+    assert parser.feed("</think>").empty and parser.feed("<tool_call>get_wea").empty
+
+
+def test_an_identical_call_is_dropped_and_ends_the_reply() -> None:
+    same = call("get_weather", city="Oslo")
+    other = call("get_weather", city="Osaka")
+    message = streamed(["</think>", same, other, same, call("now")], truncated=False)
+    assert [json.loads(c.arguments)["city"] for c in message.tool_calls] == ["Oslo", "Osaka"]
+    assert message.finish_reason == "tool_calls"
+
+
+def test_a_repeat_is_held_until_it_differs() -> None:
+    parser = OutputParser(TOOLS, id_factory=ids())
+    parser.feed("</think>" + call("get_weather", city="Oslo"))
+    assert parser.feed("<tool_call>get_weather<arg_key>city</arg_key><arg_value>Os").empty
+    (piece,) = parser.feed("a").tool_calls
+    assert (piece.name, piece.arguments) == ("get_weather", '{"city": "Osa')
+
+
+def test_max_calls_ends_the_reply() -> None:
+    calls = [call("get_weather", city=c) for c in ("A", "B", "C")]
+    message = streamed(["</think>", *calls], max_calls=2)
+    assert len(message.tool_calls) == 2
 
 
 def test_partial_tags_are_held_not_leaked() -> None:

@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from sparkfold.glm.errors import GrammarError, MediaError
-from sparkfold.glm.serving import GlmChat, StreamParser, is_glm_model
+from sparkfold.glm.serving import GlmChat, StreamParser, forced_call_cap, is_glm_model
 from sparkfold.protocol import ChatCompletionRequest
 
 TOOLS = [
@@ -49,21 +49,28 @@ def test_stream_parser_speaks_the_engine_seam() -> None:
         "reasoning_content": "why",
         "content": "ok",
     }
-    assert parser.feed("<tool_call>f<arg_key>n</arg_key>")[0].content == ""  # keeps the stream alive
-    assert not parser.tool_calls_made
-    assert parser.finish("length") == [] and not parser.tool_calls_made  # the cut-off call is dropped
+    (named,) = parser.feed("<tool_call>f<arg_key>n</arg_key>")  # announced at its first argument tag
+    assert named.tool_calls and named.tool_calls[0].function == {"name": "f", "arguments": ""}
+    assert parser.feed("<arg_value>") == [] and not parser.tool_calls_made  # no empty deltas
+    assert parser.finish("length") == [] and parser.tool_calls_made  # the cut call is the reply's
     closed = StreamParser(TOOLS, thinking=False)
-    closed.feed("<tool_call>f<arg_key>n</arg_key><arg_value>2</arg_value>")
+    pieces = closed.feed("<tool_call>f<arg_key>n</arg_key><arg_value>2</arg_value>")
     (delta,) = closed.finish("stop")  # an end-of-sequence token closed it
-    assert (
-        closed.tool_calls_made
-        and delta.tool_calls
-        and delta.tool_calls[0].function
-        == {
-            "name": "f",
-            "arguments": '{"n": 2}',
-        }
-    )
+    calls = [c for d in [*pieces, delta] for c in d.tool_calls or []]
+    assert closed.tool_calls_made and calls[0].function and calls[0].function["name"] == "f"
+    assert "".join((c.function or {})["arguments"] for c in calls) == '{"n": 2}'
+
+
+def test_forced_parallel_calls_are_capped_by_the_offered_tools() -> None:
+    assert forced_call_cap(request(tools=TOOLS, tool_choice="required"), 3) == 3
+    assert forced_call_cap(request(tools=TOOLS * 2, tool_choice="required"), 3) == 6
+    named = {"type": "function", "function": {"name": "f"}}
+    assert forced_call_cap(request(tools=TOOLS * 2, tool_choice=named), 3) == 3
+    assert forced_call_cap(request(tools=TOOLS, tool_choice="auto"), 3) is None
+    parser = StreamParser(TOOLS, thinking=False, max_calls=2)
+    for n in range(3):
+        parser.feed(f"<tool_call>f<arg_key>n</arg_key><arg_value>{n}</arg_value></tool_call>")
+    assert parser.ended and parser.tool_calls_made
 
 
 def test_prepare_renders_sees_and_constrains(chat: GlmChat) -> None:

@@ -106,6 +106,7 @@ def _glm_chat(
         limits=MediaLimits.from_settings(settings.media),
         default_thinking=settings.thinking,
         model_name=settings.served_name,
+        forced_calls_per_tool=settings.forced_calls_per_tool,
     )
 
 
