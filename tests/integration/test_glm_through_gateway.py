@@ -2,8 +2,8 @@
 the gateway (``sparkfold api``'s app) → the engine server (``sparkfold.glm`` rendering and parsing
 with the tiny GLM tokenizer) → a scripted GLM reply.
 
-Tool calls must stream as the SDK expects (whole calls with index, id, name and typed arguments;
-``finish_reason`` ``tool_calls``) and reasoning must arrive as ``reasoning_content`` apart from
+Tool calls must stream as the SDK expects (index, id and name first, then typed arguments in
+pieces; ``finish_reason`` ``tool_calls``) and reasoning must arrive as ``reasoning_content`` apart from
 ``content`` (with ``reasoning`` as its alias).
 """
 
@@ -40,7 +40,7 @@ def client(tiny: Path) -> Iterator[openai.OpenAI]:
             yield openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="unused", max_retries=0, timeout=60)
 
 
-def test_a_streamed_tool_call_arrives_whole_with_reasoning_apart(client: openai.OpenAI) -> None:
+def test_a_streamed_tool_call_streams_with_reasoning_apart(client: openai.OpenAI) -> None:
     stream = client.chat.completions.create(model="fake", messages=ASK, tools=TOOLS, stream=True)  # type: ignore[arg-type]
     chunks = [c for c in stream if c.choices]
     extras = [c.choices[0].delta.model_extra or {} for c in chunks]
@@ -48,9 +48,10 @@ def test_a_streamed_tool_call_arrives_whole_with_reasoning_apart(client: openai.
     assert "".join(e.get("reasoning") or "" for e in extras) == "Let me check the weather."
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == "Sure."
     calls = [t for c in chunks for t in c.choices[0].delta.tool_calls or []]
-    assert len(calls) == 1 and calls[0].index == 0 and calls[0].id
+    assert calls[0].index == 0 and calls[0].id
     assert calls[0].function is not None and calls[0].function.name == "get_weather"
-    assert json.loads(calls[0].function.arguments or "") == {"city": "Paris", "days": 2}
+    arguments = "".join((c.function and c.function.arguments) or "" for c in calls)
+    assert {c.index for c in calls} == {0} and json.loads(arguments) == {"city": "Paris", "days": 2}
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
 
 

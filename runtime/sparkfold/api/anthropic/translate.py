@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic_core import from_json
 
 from sparkfold.api.anthropic.protocol import CountTokensRequest, MessagesRequest
 from sparkfold.api.errors import InvalidRequest, untranslatable
@@ -338,8 +339,8 @@ def from_chat(result: dict[str, Any], *, model: str, stop_sequences: list[str] |
         content.append({"type": "text", "text": message["content"]})
     for call in message.get("tool_calls") or []:
         function = call.get("function") or {}
-        try:
-            arguments = json.loads(function.get("arguments") or "{}")
+        try:  # a call cut by max_tokens: its input as far as it was written, a cut string included
+            arguments = from_json(function.get("arguments") or "{}", allow_partial="trailing-strings")
         except ValueError:
             arguments = {}
         content.append(

@@ -61,7 +61,7 @@ class ResponsesServing:
                 request,
                 response_id=response_id,
                 model=model,
-                output=output_items(message),
+                output=output_items(message, finish),
                 usage=result.get("usage"),
                 status="incomplete" if finish == "length" else "completed",
                 finish_reason=finish,

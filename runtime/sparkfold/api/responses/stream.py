@@ -12,7 +12,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable
 from typing import Any
 
 from sparkfold.api.chat_stream import DONE, ChatEvent, as_chunk, choices_of, each_event, is_text
-from sparkfold.api.responses.translate import call_item, message_item, reasoning_item
+from sparkfold.api.responses.translate import call_arguments, call_item, message_item, reasoning_item
 from sparkfold.protocol import new_id
 from sparkfold.sse import KEEPALIVE_COMMENT, named_event
 
@@ -84,10 +84,10 @@ async def responses_sse(
             )
         elif item.kind == "function_call":
             base = {"item_id": item.item["id"], "output_index": item.index}
-            arguments = item.text or "{}"
+            arguments, status = call_arguments(item.text, finish)
             done = {**base, "name": item.item["name"], "arguments": arguments}
             out.append(emit("response.function_call_arguments.done", done))
-            item.item = {**item.item, "arguments": arguments, "status": "completed"}
+            item.item = {**item.item, "arguments": arguments, "status": status}
             reply.setdefault("tool_calls", []).append(
                 {
                     "id": item.item["call_id"],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -264,7 +265,18 @@ def response_object(
     }
 
 
-def output_items(message: dict[str, Any]) -> list[dict[str, Any]]:
+def call_arguments(arguments: str, finish_reason: str | None) -> tuple[str, str]:
+    """A function call's ``arguments`` and ``status``: a call cut by the token budget keeps the
+    unfinished JSON it had and is ``incomplete``; a complete call without arguments has ``{}``."""
+    if finish_reason == "length":
+        try:
+            json.loads(arguments)
+        except ValueError:
+            return arguments, "incomplete"
+    return arguments or "{}", "completed"
+
+
+def output_items(message: dict[str, Any], finish_reason: str | None = None) -> list[dict[str, Any]]:
     """A chat reply message as Responses output items (reasoning, message, function calls)."""
     items: list[dict[str, Any]] = []
     if message.get("reasoning_content"):
@@ -273,12 +285,10 @@ def output_items(message: dict[str, Any]) -> list[dict[str, Any]]:
         items.append(message_item(new_id("msg"), message["content"]))
     for call in message.get("tool_calls") or []:
         function = call.get("function") or {}
+        arguments, status = call_arguments(function.get("arguments") or "", finish_reason)
         items.append(
             call_item(
-                new_id("fc"),
-                call.get("id") or new_id("call"),
-                function.get("name", ""),
-                function.get("arguments") or "{}",
+                new_id("fc"), call.get("id") or new_id("call"), function.get("name", ""), arguments, status
             )
         )
     return items

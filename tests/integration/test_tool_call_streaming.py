@@ -1,0 +1,213 @@
+"""Tool calls as coding agents read them: streamed while they are generated, and a call cut by
+``max_tokens`` returned partial, on the three APIs, through the real clients (the openai SDK, the
+anthropic SDK, langchain-openai).
+
+The path is the real one, model weights aside: the gateway (``sparkfold api``'s app) → the engine
+server → ``sparkfold.glm`` rendering and parsing with the tiny GLM tokenizer → a scripted GLM reply
+(:class:`tests.fakes.scripted_glm.ScriptedGlm`), so the number of tokens a call takes is known and
+"streamed" is checked by count: a call whose ``content`` argument takes N tokens reaches the
+client in about N argument pieces, the first of which (with the call's name) went out when the
+call's first argument tag was generated, long before ``</tool_call>``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+from tests.fakes.harness import settings_for
+from tests.fakes.scripted_engine import ServerThread
+from tests.fakes.scripted_glm import ScriptedGlm
+
+from sparkfold.api import create_app as create_gateway
+from sparkfold.engines.server import create_app as create_engine
+from sparkfold.engines.serving import EngineService
+
+TEXT = "The quick brown fox jumps over the lazy dog, again and again, until the evening comes.\n"
+WRITE = {
+    "name": "write_file",
+    "description": "Write a file",
+    "parameters": {
+        "type": "object",
+        "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+        "required": ["path", "content"],
+    },
+}
+TOOLS = [{"type": "function", "function": WRITE}]
+CALL = (
+    "I will write it.</think><tool_call>write_file<arg_key>path</arg_key><arg_value>notes.txt</arg_value>"
+    f"<arg_key>content</arg_key><arg_value>{TEXT}</arg_value></tool_call><|observation|>"
+)
+ASK = [{"role": "user", "content": "Write notes.txt"}]
+CUT_AT = "<arg_value>The quick brown fox"  # where a max_tokens cut falls
+ARGUMENTS = {"path": "notes.txt", "content": TEXT}
+
+
+@pytest.fixture(scope="module")
+def generator(tmp_path_factory: pytest.TempPathFactory) -> ScriptedGlm:
+    from sparkfold.testing.tiny_glm import write_tiny_glm
+
+    return ScriptedGlm(write_tiny_glm(tmp_path_factory.mktemp("tiny-glm")), CALL)
+
+
+@pytest.fixture(scope="module")
+def url(generator: ScriptedGlm) -> Iterator[str]:
+    service = EngineService(generator, served_name="glm", max_tokens=256)
+    with ServerThread(create_engine(service)) as engine:
+        port = int(engine.url.rsplit(":", 1)[1])
+        with ServerThread(create_gateway(settings_for(port))) as gateway:
+            yield gateway.url
+
+
+@pytest.fixture(scope="module")
+def oai(url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def claude(url: str) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0, timeout=60)
+
+
+def tokens(generator: ScriptedGlm, text: str) -> int:
+    return len(generator.encode(text))
+
+
+def value_tokens(generator: ScriptedGlm) -> int:
+    """Tokens of the ``content`` value: at least this many argument pieces when it streams."""
+    return tokens(generator, TEXT) - 2  # a multi-byte or escaped character may join two
+
+
+def cut(generator: ScriptedGlm) -> int:
+    """A ``max_tokens`` that ends the reply inside the call's ``content`` value."""
+    return tokens(generator, CALL[: CALL.index(CUT_AT) + len(CUT_AT)])
+
+
+CLAUDE_TOOLS: Any = [{"name": WRITE["name"], "input_schema": WRITE["parameters"]}]
+ANY: Any = {"type": "any"}
+RESPONSES_TOOLS: Any = [{"type": "function", **WRITE}]
+
+
+# --- the call streams ------------------------------------------------------------------------------
+
+
+def test_openai_chat_streams_the_call_as_it_is_generated(oai: openai.OpenAI, generator: ScriptedGlm) -> None:
+    stream = oai.chat.completions.create(model="glm", messages=ASK, tools=TOOLS, stream=True)  # type: ignore[arg-type]
+    chunks = [c for c in stream if c.choices]
+    calls = [t for c in chunks for t in c.choices[0].delta.tool_calls or []]
+    first, rest = calls[0], calls[1:]
+    assert first.index == 0 and first.id and first.type == "function"
+    assert first.function is not None and first.function.name == "write_file"
+    assert len(rest) >= value_tokens(generator) and all(c.id is None and c.index == 0 for c in rest)
+    assert json.loads("".join((c.function and c.function.arguments) or "" for c in calls)) == ARGUMENTS
+    assert not [c for c in chunks[1:] if c.choices[0].delta.content == ""]  # no empty deltas after the role
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
+def test_anthropic_streams_input_json_deltas(claude: anthropic.Anthropic, generator: ScriptedGlm) -> None:
+    with claude.messages.stream(
+        model="glm",
+        max_tokens=256,
+        messages=ASK,
+        tools=CLAUDE_TOOLS,
+        tool_choice=ANY,  # type: ignore[arg-type]
+    ) as stream:
+        events = list(stream)
+        final = stream.get_final_message()
+    starts = [e for e in events if e.type == "content_block_start" and e.content_block.type == "tool_use"]
+    assert len(starts) == 1 and starts[0].content_block.input == {}
+    pieces = [e for e in events if e.type == "content_block_delta" and e.delta.type == "input_json_delta"]
+    assert len(pieces) >= value_tokens(generator)
+    (use,) = [b for b in final.content if b.type == "tool_use"]
+    assert (use.name, use.input) == ("write_file", ARGUMENTS) and final.stop_reason == "tool_use"
+
+
+def test_responses_streams_function_call_arguments(oai: openai.OpenAI, generator: ScriptedGlm) -> None:
+    stream = oai.responses.create(model="glm", input=ASK, tools=RESPONSES_TOOLS, stream=True)  # type: ignore[arg-type]
+    events = list(stream)
+    pieces = [e for e in events if e.type == "response.function_call_arguments.delta"]
+    assert len(pieces) >= value_tokens(generator)
+    (done,) = [e for e in events if e.type == "response.function_call_arguments.done"]
+    assert json.loads(done.arguments) == ARGUMENTS and events[-1].type == "response.completed"
+
+
+def test_langchain_streams_tool_call_chunks(url: str, generator: ScriptedGlm) -> None:
+    from langchain_openai import ChatOpenAI
+
+    chat = ChatOpenAI(model="glm", base_url=f"{url}/v1", api_key="unused", max_retries=0)  # type: ignore[arg-type]
+    chunks = list(chat.bind_tools([WRITE], tool_choice="required").stream("Write notes.txt"))
+    pieces = [t for c in chunks for t in c.tool_call_chunks]
+    assert pieces[0]["name"] == "write_file" and len(pieces) >= value_tokens(generator)
+    whole = chunks[0]
+    for chunk in chunks[1:]:
+        whole += chunk  # type: ignore[assignment]
+    assert [(t["name"], t["args"]) for t in whole.tool_calls] == [("write_file", ARGUMENTS)]  # type: ignore[attr-defined]
+
+
+# --- a call cut by max_tokens comes back partial --------------------------------------------------------
+
+PARTIAL = '{"path": "notes.txt", "content": "The quick brown fox'
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_openai_chat_returns_a_cut_call(oai: openai.OpenAI, generator: ScriptedGlm, stream: bool) -> None:
+    body: Any = {"model": "glm", "messages": ASK, "tools": TOOLS, "max_tokens": cut(generator)}
+    if stream:
+        chunks = [c for c in oai.chat.completions.create(**body, stream=True) if c.choices]
+        calls = [t for c in chunks for t in c.choices[0].delta.tool_calls or []]
+        name = calls[0].function.name if calls[0].function else None
+        arguments = "".join((c.function and c.function.arguments) or "" for c in calls)
+        finish = chunks[-1].choices[0].finish_reason
+    else:
+        reply = oai.chat.completions.create(**body)
+        (call,) = reply.choices[0].message.tool_calls or []
+        name, arguments, finish = call.function.name, call.function.arguments, reply.choices[0].finish_reason  # type: ignore[union-attr]
+    assert (name, arguments, finish) == ("write_file", PARTIAL, "length")
+
+
+def test_anthropic_returns_a_cut_tool_use(claude: anthropic.Anthropic, generator: ScriptedGlm) -> None:
+    body: Any = {"model": "glm", "max_tokens": cut(generator), "messages": ASK, "tools": CLAUDE_TOOLS}
+    message = claude.messages.create(**body)
+    (use,) = [b for b in message.content if b.type == "tool_use"]
+    assert use.name == "write_file" and use.input == json.loads(PARTIAL + '"}')  # as far as it was written
+    assert message.stop_reason == "max_tokens"
+    with claude.messages.stream(**body) as stream:
+        events = list(stream)
+        streamed = stream.get_final_message()
+    pieces = [
+        e.delta.partial_json
+        for e in events
+        if e.type == "content_block_delta" and e.delta.type == "input_json_delta"
+    ]
+    assert "".join(pieces) == PARTIAL and streamed.stop_reason == "max_tokens"
+    assert [b.type for b in streamed.content] == ["thinking", "tool_use"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_responses_returns_a_cut_function_call(
+    oai: openai.OpenAI, generator: ScriptedGlm, stream: bool
+) -> None:
+    body: Any = {"model": "glm", "input": ASK, "tools": RESPONSES_TOOLS, "max_output_tokens": cut(generator)}
+    if stream:
+        events = list(oai.responses.create(**body, stream=True))
+        response = events[-1].response  # type: ignore[union-attr]
+    else:
+        response = oai.responses.create(**body)
+    (call,) = [item for item in response.output if item.type == "function_call"]
+    assert (call.name, call.arguments, call.status) == ("write_file", PARTIAL, "incomplete")
+    assert response.status == "incomplete" and response.incomplete_details is not None
+
+
+def test_langchain_sees_a_cut_call_as_invalid(url: str, generator: ScriptedGlm) -> None:
+    from langchain_openai import ChatOpenAI
+
+    chat = ChatOpenAI(
+        model="glm", base_url=f"{url}/v1", api_key="unused", max_retries=0, max_tokens=cut(generator)
+    )  # type: ignore[arg-type,call-arg]
+    reply = chat.bind_tools([WRITE]).invoke("Write notes.txt")
+    assert [(t["name"], t["args"]) for t in reply.invalid_tool_calls] == [("write_file", PARTIAL)]  # type: ignore[attr-defined]
+    assert reply.response_metadata["finish_reason"] == "length"
