@@ -14,7 +14,8 @@ reply is over before the engine saw it end (a repeated call, the forced-call cap
 Forced calls (``tool_choice`` ``"required"`` or a named function, parallel calls allowed) are a
 grammar of "one or more calls" (:mod:`sparkfold.glm.grammar`), which GLM-5.3 fills by repeating
 calls until ``max_tokens``; the parser bounds them: an identical call ends the reply, and so does
-the ``forced_calls_per_tool`` × offered tools-th call (``[engine] forced_calls_per_tool``).
+the ``forced_calls_per_tool`` × offered tools-th call (``[engine] forced_calls_per_tool``); the
+grammar itself allows nothing but calls once they are forced.
 """
 
 from __future__ import annotations
@@ -46,12 +47,12 @@ def is_glm_model(config: Any) -> bool:
 
 
 def forced_call_cap(request: Any, per_tool: int) -> int | None:
-    """At most this many calls in a reply whose calls are forced with parallel calls allowed."""
+    """At most this many calls in a reply whose calls are forced (``tool_choice: "required"``)
+    with parallel calls allowed; a named ``tool_choice`` is one call already (its grammar)."""
     tools = getattr(request, "tools", None) or []
-    choice = getattr(request, "tool_choice", None)
-    if not tools or not (choice == "required" or isinstance(choice, Mapping)):
+    if not tools or getattr(request, "tool_choice", None) != "required":
         return None
-    return per_tool * (1 if isinstance(choice, Mapping) else len(tools))
+    return None if getattr(request, "parallel_tool_calls", None) is False else per_tool * len(tools)
 
 
 class StreamParser:

@@ -244,6 +244,17 @@ def test_a_forced_tool_call_is_written_in_glm_format(
                 assert set(args) == {"city", "days"} and 1 <= args["days"] <= 7
 
 
+def test_forced_parallel_calls_are_calls_alone(compiler: GrammarCompiler, tokenizer: Any) -> None:
+    """``required`` with parallel calls: another call or the end may follow a call, never text."""
+    constraint = constraint_from_request(request(tools=[WEATHER, CLOCK], tool_choice="required"), "glm_4_7")
+    assert constraint is not None
+    matcher = compiler.matcher(constraint, thinking=False)
+    call = "<tool_call>get_time</tool_call>"
+    assert all(matcher.accept_token(t) for t in tokenizer.encode(call * 2, add_special_tokens=False))
+    assert not matcher.accept_token(tokenizer.encode("Done", add_special_tokens=False)[0])
+    assert matcher.accept_token(tokenizer.convert_tokens_to_ids("<|observation|>"))
+
+
 def test_tool_choice_auto_and_none_leave_the_reply_free() -> None:
     assert constraint_from_request(request(tools=[WEATHER], tool_choice="auto"), "glm_4_7") is None
     assert constraint_from_request(request(tools=[WEATHER], tool_choice=None), "glm_4_7") is None

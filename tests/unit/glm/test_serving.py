@@ -65,7 +65,8 @@ def test_forced_parallel_calls_are_capped_by_the_offered_tools() -> None:
     assert forced_call_cap(request(tools=TOOLS, tool_choice="required"), 3) == 3
     assert forced_call_cap(request(tools=TOOLS * 2, tool_choice="required"), 3) == 6
     named = {"type": "function", "function": {"name": "f"}}
-    assert forced_call_cap(request(tools=TOOLS * 2, tool_choice=named), 3) == 3
+    assert forced_call_cap(request(tools=TOOLS * 2, tool_choice=named), 3) is None  # one call by grammar
+    assert forced_call_cap(request(tools=TOOLS, tool_choice="required", parallel_tool_calls=False), 3) is None
     assert forced_call_cap(request(tools=TOOLS, tool_choice="auto"), 3) is None
     parser = StreamParser(TOOLS, thinking=False, max_calls=2)
     for n in range(3):
