@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkfold.glm.arguments import coerce_value, streams_raw
+from sparkfold.glm.tokens import partial_tag
 
 __all__ = ["ARG_TAGS", "CallWriter", "ParsedToolCall", "ToolCallPiece"]
 
@@ -63,14 +64,6 @@ class ToolCallPiece:
     arguments: str
     id: str | None = None
     name: str | None = None
-
-
-def _held(text: str) -> int:
-    """Length of the suffix of ``text`` that may still grow into an argument tag."""
-    for size in range(min(len(text), max(map(len, ARG_TAGS)) - 1), 0, -1):
-        if any(tag.startswith(text[-size:]) for tag in ARG_TAGS):
-            return size
-    return 0
 
 
 def _text(value: Any) -> str:
@@ -186,7 +179,7 @@ class CallWriter:
             if self.rejected:
                 return
             text = text[found.start() :]
-        end = len(text) if final else len(text) - _held(text)
+        end = len(text) if final else len(text) - partial_tag(text, ARG_TAGS)
         for part in _ARG_TAG.split(text[:end]):
             if part in ARG_TAGS:
                 self._tag(part)

@@ -34,7 +34,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparkfold.glm.calls import CallWriter, ParsedToolCall, ToolCallPiece
-from sparkfold.glm.tokens import SPECIAL_TOKENS, STOP_TOKENS, THINK, THINK_END, TOOL_CALL, TOOL_CALL_END
+from sparkfold.glm.tokens import (
+    SPECIAL_TOKENS,
+    STOP_TOKENS,
+    THINK,
+    THINK_END,
+    TOOL_CALL,
+    TOOL_CALL_END,
+    partial_tag,
+)
 from sparkfold.protocol import Delta, ToolCallDelta
 
 __all__ = ["OutputParser", "ParsedDelta", "ParsedMessage", "ParsedToolCall", "ToolCallPiece", "parse_output"]
@@ -106,15 +114,6 @@ class _Channel:
 
     def cut(self) -> None:
         self.held = ""
-
-
-def _partial_tag(text: str, tags: Sequence[str]) -> int:
-    """Length of the longest suffix of ``text`` that could still grow into one of ``tags``."""
-    for size in range(min(len(text), max(map(len, tags)) - 1), 0, -1):
-        suffix = text[-size:]
-        if any(tag.startswith(suffix) for tag in tags):
-            return size
-    return 0
 
 
 def _first_tag(text: str, tags: Sequence[str]) -> tuple[int, str]:
@@ -223,7 +222,7 @@ class OutputParser:
             if self._mode == "call":
                 at, tag = _first_tag(self._pending, _INSIDE_TAGS)
                 if at == -1:
-                    keep = _partial_tag(self._pending, _INSIDE_TAGS)
+                    keep = partial_tag(self._pending, _INSIDE_TAGS)
                     body = self._pending[: len(self._pending) - keep]
                     self._pending = self._pending[len(body) :]
                     delta.tool_calls += self._writer().feed(body)
@@ -240,7 +239,7 @@ class OutputParser:
                 continue
             at, tag = _first_tag(self._pending, _OUTSIDE_TAGS)
             if at == -1:
-                keep = 0 if final else _partial_tag(self._pending, _OUTSIDE_TAGS)
+                keep = 0 if final else partial_tag(self._pending, _OUTSIDE_TAGS)
                 text = self._pending[: len(self._pending) - keep]
                 self._pending = self._pending[len(text) :]
                 self._emit(self._mode, text, delta)

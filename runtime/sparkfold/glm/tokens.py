@@ -9,6 +9,8 @@ smaller vocabulary (the tiny test model) keeps the same order from its own base 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 __all__ = [
     "ASSISTANT",
     "BEGIN_OF_IMAGE",
@@ -31,6 +33,7 @@ __all__ = [
     "TOOL_CALL_END",
     "USER",
     "VIDEO",
+    "partial_tag",
     "special_token_ids",
 ]
 
@@ -103,3 +106,12 @@ STOP_TOKENS: tuple[str, ...] = (ENDOFTEXT, USER, OBSERVATION, ASSISTANT)
 def special_token_ids(base: int = PUBLISHED_BASE_ID) -> dict[str, int]:
     """The id of every control token for a vocabulary whose block starts at ``base``."""
     return {token: base + offset for offset, token in enumerate(SPECIAL_TOKENS)}
+
+
+def partial_tag(text: str, tags: Sequence[str]) -> int:
+    """Length of the longest suffix of ``text`` that could still grow into one of ``tags``."""
+    for size in range(min(len(text), max(map(len, tags)) - 1), 0, -1):
+        suffix = text[-size:]
+        if any(tag.startswith(suffix) for tag in tags):
+            return size
+    return 0
