@@ -5,6 +5,7 @@ Engine-agnostic (imports nothing from ``engines/``, ``api/`` or ``node/``):
 ``render``      messages + tools → prompt text (the checkpoint's template or ours, sandboxed)
 ``messages``    normalising what clients send before a template sees it
 ``parser``      generated text → reasoning_content / content / tool calls, streaming or not
+``calls``       one tool call → OpenAI ``tool_calls`` pieces as it is generated
 ``arguments``   tool-call argument values typed by the offered JSON schema
 ``grammar``     response_format / guided_* → xgrammar matcher (imports torch and xgrammar)
 ``logits``      that matcher as a transformers LogitsProcessor (imports transformers)
