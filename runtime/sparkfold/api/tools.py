@@ -5,6 +5,12 @@ appended to the content), so a client never receives a call it cannot dispatch. 
 fitted to the offered JSON schema by :func:`sparkfold.glm.arguments.repair_arguments` (the one home
 of that rule): a value that fits is kept, one that does not is repaired where one repair makes it
 fit (``"3"`` for an integer becomes ``3``).
+
+Streamed calls (:mod:`sparkfold.api.chunks`): the name comes first, so a call to a tool not offered
+is held before any piece of it goes out and becomes text when the reply ends; the arguments stream
+as the engine writes them and are not refitted (a piece sent cannot be taken back): our GLM engines
+type each value by the schema as they write it, another engine's pieces are relayed as it sends
+them. Whole calls (non-streamed replies) are fitted here.
 """
 
 from __future__ import annotations
