@@ -51,6 +51,7 @@ class Script:
     status: int = 200  # != 200: refuse with this status before streaming
     code: str | None = None  # the refusal's error code ("capacity": the engine has no free lane)
     prompt_tokens: int = 7
+    cached_tokens: int = 0  # of prompt_tokens, read from the engine's prefix cache
     heartbeat_s: float = 0.0  # while stalled, send ": keepalive" comments this often
     tool_pieces: int = 2  # each tool call's arguments arrive in this many deltas
     stall_before_finish: bool = False  # after the tool calls, send nothing more (until cancelled)
@@ -338,6 +339,7 @@ def _usage(script: Script, completion: int) -> dict[str, Any]:
         "prompt_tokens": script.prompt_tokens,
         "completion_tokens": completion,
         "total_tokens": script.prompt_tokens + completion,
+        "prompt_tokens_details": {"cached_tokens": script.cached_tokens},
         "completion_tokens_details": {"reasoning_tokens": len(script.reasoning)},
     }
 

@@ -382,12 +382,13 @@ def test_anthropic_stop_sequence_ids_and_token_counts(served: Served) -> None:
         events = list(stream)
     start = events[0]
     assert start.type == "message_start" and start.message.id.startswith("msg_")
-    assert start.message.usage.input_tokens == plain.usage.input_tokens > 0
+    prompt = plain.usage.input_tokens + (plain.usage.cache_read_input_tokens or 0)  # cached: read, not input
+    assert start.message.usage.input_tokens + (start.message.usage.cache_read_input_tokens or 0) == prompt > 0
 
     counted = claude.messages.count_tokens(model=served.name, messages=ASK)  # type: ignore[arg-type]
     tools = [{"name": "get_weather", "input_schema": Forecast.model_json_schema()}]
     with_tools = claude.messages.count_tokens(model=served.name, messages=ASK, tools=tools)  # type: ignore[arg-type]
-    assert counted.input_tokens == plain.usage.input_tokens
+    assert counted.input_tokens == prompt
     assert with_tools.input_tokens > counted.input_tokens
 
 

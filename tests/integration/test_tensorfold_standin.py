@@ -300,6 +300,7 @@ def test_anthropic_message_start_counts_the_prompt_with_tensorfold_tokenize() ->
             assert start.type == "message_start"
             engine.release()
             assert [e.type for e in events][-1] == "message_stop"
-            billed = claude.messages.create(model="glm", max_tokens=4, messages=ask).usage.input_tokens
+            usage = claude.messages.create(model="glm", max_tokens=4, messages=ask).usage
+            billed = usage.input_tokens + (usage.cache_read_input_tokens or 0)  # the whole prompt
             assert billed > 0 and start.message.usage.input_tokens == billed
             assert claude.messages.count_tokens(model="glm", messages=ask).input_tokens == billed

@@ -134,6 +134,26 @@ def test_usage_always_has_both_cache_fields(gateway: Running, fake: ScriptedEngi
         assert (usage.cache_creation_input_tokens, usage.cache_read_input_tokens) == (0, 0)
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_input_tokens_are_the_prompt_less_what_the_cache_gave(
+    gateway: Running, fake: ScriptedEngine, stream: bool
+) -> None:
+    """Anthropic's prompt is input_tokens + cache_creation_input_tokens + cache_read_input_tokens:
+    an engine's cached prefix is counted once, as read from the cache."""
+    fake.queue(Script(content=["a"], prompt_tokens=40, cached_tokens=32))
+    ask = client(gateway).messages
+    if stream:
+        with ask.stream(model="fake", max_tokens=5, messages=[{"role": "user", "content": "x"}]) as events:
+            usage = events.get_final_message().usage
+    else:
+        usage = ask.create(model="fake", max_tokens=5, messages=[{"role": "user", "content": "x"}]).usage
+    assert (usage.input_tokens, usage.cache_read_input_tokens, usage.cache_creation_input_tokens) == (
+        8,
+        32,
+        0,
+    )
+
+
 REDACTED_HISTORY = [
     {"role": "user", "content": "x"},
     {

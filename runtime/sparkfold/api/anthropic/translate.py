@@ -374,13 +374,18 @@ def stop_of(choice: dict[str, Any], stop_sequences: list[str] | None) -> tuple[s
 
 
 def anthropic_usage(usage: dict[str, Any]) -> dict[str, Any]:
-    """A chat usage block as Anthropic's: both cache fields always there, as integers (clients add
-    them up). Our engines reuse cached prefixes on their own, so no prompt ever *creates* a cache
-    entry in Anthropic's sense (one the client asked for): ``cache_creation_input_tokens`` is 0."""
+    """A chat usage block as Anthropic's: both cache fields always there, as integers. Anthropic's
+    ``input_tokens`` are the prompt's tokens *not* read from the cache (the prompt is
+    ``input_tokens + cache_creation_input_tokens + cache_read_input_tokens``, which clients such as
+    Claude Code add up to size their context), so the engine's ``cached_tokens`` are taken out of
+    them. Our engines reuse cached prefixes on their own, so no prompt ever *creates* a cache entry
+    in Anthropic's sense (one the client asked for): ``cache_creation_input_tokens`` is 0."""
     details = usage.get("prompt_tokens_details") or {}
+    prompt = int(usage.get("prompt_tokens") or 0)
+    cached = min(int(details.get("cached_tokens") or 0), prompt)
     return {
-        "input_tokens": int(usage.get("prompt_tokens") or 0),
+        "input_tokens": prompt - cached,
         "output_tokens": int(usage.get("completion_tokens") or 0),
         "cache_creation_input_tokens": 0,
-        "cache_read_input_tokens": int(details.get("cached_tokens") or 0),
+        "cache_read_input_tokens": cached,
     }
