@@ -42,6 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.gpu.gpu_engine import child_env, text_of
 from tests.integration.engine_procs import ChildProcess, EngineProcess, free_port, wait_healthy, write_config
 
+from sparkfold.bench.client import open_client, stream_chat
+
 WINDOW = 1_048_576
 LENGTHS = (8_192, 32_768, 65_536, 131_072, 262_144, 524_288, WINDOW)
 REPLY_TOKENS = 8
@@ -98,40 +100,21 @@ def peak_rss_mib(pid: int) -> dict[str, float]:
     return out
 
 
-async def stream_chat(client: httpx.AsyncClient, text: str, timeout_s: float) -> dict[str, Any]:
-    """One streamed chat request: client TTFT, prompt and cached tokens; or the refusal."""
-    body = {
-        "model": "glm",
-        "messages": [{"role": "user", "content": text}],
-        "max_tokens": REPLY_TOKENS,
-        "temperature": 0,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
-    started = time.perf_counter()
-    ttft = 0.0
-    usage: dict[str, Any] = {}
-    async with client.stream("POST", "/v1/chat/completions", json=body, timeout=timeout_s) as response:
-        if response.status_code != 200:
-            return {"status": response.status_code, "error": (await response.aread()).decode()[:500]}
-        async for line in response.aiter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            event = json.loads(line[6:])
-            if event.get("usage"):
-                usage = event["usage"]
-            delta = (event.get("choices") or [{}])[0].get("delta") or {}
-            if not ttft and (delta.get("content") or delta.get("reasoning_content")):
-                ttft = time.perf_counter() - started
-    prompt = int(usage.get("prompt_tokens", 0))
-    ttft = ttft or time.perf_counter() - started  # a reply of empty pieces: its end
+async def ask(client: httpx.AsyncClient, text: str) -> dict[str, Any]:
+    """One streamed chat request (``sparkfold bench``'s client): client TTFT, prompt and cached
+    tokens; or the refusal."""
+    body = {"model": "glm", "messages": [{"role": "user", "content": text}], "max_tokens": REPLY_TOKENS}
+    reply = await stream_chat(client, body | {"temperature": 0})
+    if not reply.ok or not reply.ttft_s:
+        return {"ok": False, "error": (reply.error or "no reply")[:500], "wall_s": round(reply.wall_s, 2)}
+    prompt = reply.prompt_tokens or 0
     return {
-        "status": 200,
+        "ok": True,
         "prompt_tokens": prompt,
-        "cached_tokens": int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0),
-        "ttft_s": round(ttft, 4),
-        "wall_s": round(time.perf_counter() - started, 4),
-        "prefill_tok_s": round(prompt / ttft) if ttft else 0,
+        "cached_tokens": reply.cached_tokens or 0,
+        "ttft_s": round(reply.ttft_s, 4),
+        "wall_s": round(reply.wall_s, 4),
+        "prefill_tok_s": round(prompt / reply.ttft_s),
     }
 
 
@@ -213,7 +196,7 @@ class Texts:
 async def _steps(
     run: Run, texts: Texts, engine_url: str, api_url: str, lengths: list[int], args: Any, pool: dict[str, Any]
 ) -> None:
-    async with httpx.AsyncClient(base_url=api_url, limits=httpx.Limits(max_connections=16)) as client:
+    async with open_client(api_url, None, timeout_s=max(run.left_s(), 10), streams=8) as client:
         await _send(run, client, "warm-up", texts.get(256, "warm-up"))
         await _resend(run, client, engine_url, texts.get(min(args.resend, lengths[-1]), "resend"), "resend")
         for n, tokens in enumerate(lengths):
@@ -249,13 +232,10 @@ async def _steps(
 
 
 async def _send(run: Run, client: httpx.AsyncClient, name: str, text: str) -> dict[str, Any]:
-    try:
-        result = await stream_chat(client, text, timeout_s=max(run.left_s(), 10))
-    except httpx.HTTPError as exc:
-        result = {"status": 0, "error": f"{type(exc).__name__}: {exc}"}
-    if result["status"] != 200:
+    result = await ask(client, text)
+    if not result["ok"]:
         run.note("refused", {"request": name, **result})
-    elif result["prefill_tok_s"]:
+    else:
         run.rate = result["prefill_tok_s"]
     return result
 
