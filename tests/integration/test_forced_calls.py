@@ -1,5 +1,6 @@
 """Forced tool calls with parallel calls allowed end, on the real tiny GLM-5.3 model (random weights,
-greedy) through the engine server and the gateway, asked by the openai and anthropic SDKs.
+greedy) through the engine server and the gateway, asked by the openai and anthropic SDKs and
+langchain-openai.
 
 Under xgrammar's "one or more calls, any text around them" grammar the tiny model made one call and
 then wrote text until ``max_tokens``; GLM-5.3 repeats calls the same way. Now a forced reply is its
@@ -84,3 +85,14 @@ def test_anthropic_any_tool_ends(url: str) -> None:
     )
     uses = [(b.name, json.dumps(b.input)) for b in message.content if b.type == "tool_use"]
     assert message.stop_reason == "tool_use" and uses and len(uses) == len(set(uses))
+
+
+def test_langchain_required_tool_calls_end(url: str) -> None:
+    from langchain_openai import ChatOpenAI
+
+    chat = ChatOpenAI(model="glm", base_url=f"{url}/v1", api_key="unused", max_retries=0, temperature=0)  # type: ignore[arg-type]
+    reply = chat.bind_tools([PICK], tool_choice="required").invoke("Pick a color", max_tokens=BUDGET)
+    calls = [json.dumps([t["name"], t["args"]]) for t in reply.tool_calls]  # type: ignore[attr-defined]
+    assert (
+        reply.response_metadata["finish_reason"] == "tool_calls" and calls and len(calls) == len(set(calls))
+    )

@@ -211,3 +211,50 @@ def test_langchain_sees_a_cut_call_as_invalid(url: str, generator: ScriptedGlm) 
     reply = chat.bind_tools([WRITE]).invoke("Write notes.txt")
     assert [(t["name"], t["args"]) for t in reply.invalid_tool_calls] == [("write_file", PARTIAL)]  # type: ignore[attr-defined]
     assert reply.response_metadata["finish_reason"] == "length"
+
+
+# --- forced parallel calls end -------------------------------------------------------------------
+
+
+def write(path: str) -> str:
+    return (
+        f"<tool_call>write_file<arg_key>path</arg_key><arg_value>{path}</arg_value>"
+        "<arg_key>content</arg_key><arg_value>x</arg_value></tool_call>"
+    )
+
+
+def test_an_identical_call_ends_the_reply(
+    oai: openai.OpenAI, generator: ScriptedGlm, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = "</think>" + write("a.txt") * 5 + "<|observation|>"
+    monkeypatch.setattr(generator, "script", script)
+    chunks = list(
+        oai.chat.completions.create(
+            model="glm",
+            messages=ASK,
+            tools=TOOLS,  # type: ignore[arg-type]
+            tool_choice="required",
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    calls = [t for c in chunks if c.choices for t in c.choices[0].delta.tool_calls or []]
+    assert {c.index for c in calls} == {0}  # the repeats were never sent
+    assert json.loads("".join((c.function and c.function.arguments) or "" for c in calls))["path"] == "a.txt"
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "tool_calls"
+    used = chunks[-1].usage
+    assert used is not None and used.completion_tokens < tokens(generator, script) // 2  # the engine stopped
+
+
+def test_forced_calls_stop_at_the_cap(
+    claude: anthropic.Anthropic, generator: ScriptedGlm, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sparkfold.config import FORCED_CALLS_PER_TOOL
+
+    paths = [f"f{n}.txt" for n in range(FORCED_CALLS_PER_TOOL + 4)]
+    monkeypatch.setattr(generator, "script", "</think>" + "".join(map(write, paths)) + "<|observation|>")
+    message = claude.messages.create(
+        model="glm", max_tokens=256, messages=ASK, tools=CLAUDE_TOOLS, tool_choice=ANY
+    )
+    uses = [b.input["path"] for b in message.content if b.type == "tool_use"]  # type: ignore[index]
+    assert uses == paths[:FORCED_CALLS_PER_TOOL] and message.stop_reason == "tool_use"
