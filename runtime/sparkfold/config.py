@@ -435,8 +435,8 @@ class EngineSettings(_Section):
         FORCED_CALLS_PER_TOOL,
         ge=1,
         le=1024,
-        description="GLM: a reply whose calls are forced (tool_choice required, parallel calls allowed) "
-        "ends after this many calls per offered tool",
+        description="a reply whose calls are forced (tool_choice required, parallel calls allowed) "
+        "ends after this many calls per offered tool (GLM and chat-template models alike)",
     )
     seed: int = Field(0, ge=0, description="base seed for sampled requests without a seed")
     drain_s: float = Field(30.0, ge=0, description="on SIGTERM, wait this long for in-flight requests")

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from sparkfold.config import FORCED_CALLS_PER_TOOL
 from sparkfold.protocol import ChatCompletionRequest, Delta
 
 __all__ = ["OutputParser", "ParserFactory", "PlainParser", "TextStream"]
@@ -54,12 +55,14 @@ class PlainParser:
         return []
 
 
-def plain_parser(request: ChatCompletionRequest) -> OutputParser:
-    """Content, and ``<tool_call>`` JSON calls when the request offers tools."""
+def plain_parser(request: ChatCompletionRequest, per_tool: int = FORCED_CALLS_PER_TOOL) -> OutputParser:
+    """Content, and ``<tool_call>`` JSON calls when the request offers tools (forced ones bounded
+    at ``per_tool`` × offered tools, ``[engine] forced_calls_per_tool``, as GLM's are)."""
     if request.tools and request.tool_choice != "none":
         from sparkfold.engines.template_tools import ToolCallParser
+        from sparkfold.glm.serving import forced_call_cap
 
-        return ToolCallParser(request.tools)
+        return ToolCallParser(request.tools, max_calls=forced_call_cap(request, per_tool))
     return PlainParser()
 
 

@@ -17,6 +17,7 @@ Two rules keep the event loop free and the gateway in charge of capacity:
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import threading
@@ -26,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from sparkfold.config import FORCED_CALLS_PER_TOOL
 from sparkfold.engines.chat_template import ChatRenderer, ChatTemplateRenderer
 from sparkfold.engines.generator import EngineGone, GenerationReport, Generator, SamplingParams
 from sparkfold.engines.metrics import EngineCounters
@@ -147,16 +149,19 @@ class EngineService:
         seed: int = 0,
         thinking: bool = True,
         renderer: ChatRenderer | None = None,
-        parser_factory: ParserFactory = plain_parser,
+        parser_factory: ParserFactory | None = None,
         stop_token_ids: frozenset[int] = frozenset(),
         peer_state: Callable[[], PeerState | None] | None = None,
         glm: GlmChat | None = None,
+        forced_calls_per_tool: int = FORCED_CALLS_PER_TOOL,
     ) -> None:
         self.generator = generator
         self.served_name = served_name
         self.max_tokens = max_tokens
         self.seed = seed
-        self.parser_factory = parser_factory
+        self.parser_factory = parser_factory or functools.partial(
+            plain_parser, per_tool=forced_calls_per_tool
+        )
         self.stop_token_ids = stop_token_ids
         self.peer_state = peer_state or (lambda: None)
         self.glm = glm if glm is not None else getattr(generator, "glm", None)

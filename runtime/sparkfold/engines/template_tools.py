@@ -107,10 +107,18 @@ def _partial(text: str, tag: str) -> int:
 
 
 class ToolCallParser:
-    """Content, and whole ``<tool_call>`` JSON calls to the offered tools."""
+    """Content, and whole ``<tool_call>`` JSON calls to the offered tools.
 
-    def __init__(self, tools: Sequence[Mapping[str, Any]] | None) -> None:
+    A reply's calls are bounded as the GLM parser bounds them (:mod:`sparkfold.glm.parser`): a
+    call identical to an earlier one (same name, same arguments) is dropped and ends the reply,
+    and so does the ``max_calls``-th call (forced calls:
+    :func:`sparkfold.glm.serving.forced_call_cap`); :attr:`ended` tells the engine to stop.
+    """
+
+    def __init__(self, tools: Sequence[Mapping[str, Any]] | None, *, max_calls: int | None = None) -> None:
         self._names = {str((t.get("function") or {}).get("name")) for t in tools or []}
+        self._max_calls = max_calls
+        self._made: list[tuple[str, Any]] = []
         self._pending = ""
         self._in_call = False
         self._index = 0
@@ -118,6 +126,8 @@ class ToolCallParser:
         self.ended = False
 
     def feed(self, text: str) -> list[Delta]:
+        if self.ended:  # the reply is over: what the model writes on is dropped
+            return []
         self._pending += text
         return self._run(final=False)
 
@@ -149,11 +159,15 @@ class ToolCallParser:
             body = self._pending if end < 0 else self._pending[:end]
             self._pending = "" if end < 0 else self._pending[end + len(CALL_END) :]
             self._in_call = False
-            out.append(self._call(body))
-            if end < 0:
+            call = self._call(body)
+            if call is not None:
+                out.append(call)
+            if end < 0 or self.ended:
+                self._pending = ""
                 return out
 
-    def _call(self, body: str) -> Delta:
+    def _call(self, body: str) -> Delta | None:
+        """The call ``body`` holds, as a delta (text when it is none); None when it repeats one."""
         try:
             call = json.loads(body)
         except ValueError:
@@ -161,6 +175,11 @@ class ToolCallParser:
         if not isinstance(call, dict) or call.get("name") not in self._names:
             return Delta(content=f"{CALL_START}{body}{CALL_END}")
         arguments = call.get("arguments", call.get("parameters", {}))
+        if (call["name"], arguments) in self._made:  # the model repeats itself: the reply is over
+            self.ended = True
+            return None
+        self._made.append((call["name"], arguments))
+        self.ended = self._max_calls is not None and len(self._made) >= self._max_calls
         text = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
         self.tool_calls_made = True
         delta = ToolCallDelta(

@@ -247,6 +247,7 @@ async def _serve(settings: Settings, generator: Any, watch: PeerWatch | None, ht
         seed=engine.seed,
         thinking=engine.thinking,
         peer_state=watch.state if watch else _single_rank,
+        forced_calls_per_tool=engine.forced_calls_per_tool,
     )
     service.ready = False  # until the probe below answered
     config = uvicorn.Config(
