@@ -13,16 +13,21 @@ string (templates concatenate ``content`` as a string), and, when the template d
 earlier calls as that text and tool results as ``<tool_response>`` user turns.
 :class:`ToolCallParser` reads the reply (the engine's ``OutputParser`` seam): text outside a call
 is content, a complete call whose name was offered becomes a tool-call delta, anything else stays
-content. It is written here because no maintained library parses this form incrementally without
-bringing a serving stack with it.
+content; a call cut by ``max_tokens`` comes back as far as it was written once its offered name is
+complete (its ``arguments`` the unfinished JSON text after ``"arguments":``), never dropped. It is
+written here because no maintained library parses this form incrementally without bringing a
+serving stack with it.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from pydantic_core import from_json
 
 from sparkfold.glm.errors import RenderError
 from sparkfold.glm.messages import TEXT_PART_TYPES
@@ -32,6 +37,7 @@ __all__ = ["CALL_END", "CALL_START", "ToolCallParser", "renders_tools", "templat
 
 CALL_START = "<tool_call>"
 CALL_END = "</tool_call>"
+_ARGUMENTS_KEY = re.compile(r'"(?:arguments|parameters)"\s*:\s*')
 
 _TOOLS_PROMPT = (
     "You can call the functions described below. To call one, answer with exactly\n"
@@ -132,9 +138,21 @@ class ToolCallParser:
         return self._run(final=False)
 
     def finish(self, finish_reason: str | None = None) -> list[Delta]:
-        if self._in_call and finish_reason == "length":  # cut off: never a call
-            self._pending, self._in_call = "", False
+        if self._in_call and finish_reason == "length":
+            body, self._pending, self._in_call = self._pending, "", False
+            return self._cut_call(body)
         return self._run(final=True)
+
+    def _cut_call(self, body: str) -> list[Delta]:
+        """A call cut by the token budget, as far as it was written (none before its name is whole)."""
+        try:
+            head = from_json(body.strip(), allow_partial=True)  # a string still open is left out
+        except ValueError:
+            return []
+        if not isinstance(head, dict) or head.get("name") not in self._names:
+            return []
+        found = _ARGUMENTS_KEY.search(body)
+        return [self._delta(head["name"], body[found.end() :] if found else "")]
 
     def _run(self, *, final: bool) -> list[Delta]:
         out: list[Delta] = []
@@ -181,12 +199,15 @@ class ToolCallParser:
         self._made.append((call["name"], arguments))
         self.ended = self._max_calls is not None and len(self._made) >= self._max_calls
         text = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+        return self._delta(call["name"], text)
+
+    def _delta(self, name: str, arguments: str) -> Delta:
         self.tool_calls_made = True
         delta = ToolCallDelta(
             index=self._index,
             id=f"call_{uuid.uuid4().hex[:24]}",
             type="function",
-            function={"name": call["name"], "arguments": text},
+            function={"name": name, "arguments": arguments},
         )
         self._index += 1
         return Delta(tool_calls=[delta])

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
-from sparkfold.engines.output import PlainParser, TextStream
+from sparkfold.engines.output import PlainParser, TextStream, plain_parser
+from sparkfold.protocol import ChatCompletionRequest
 
 
 def _decode(ids: list[int]) -> str:
@@ -55,3 +57,27 @@ def test_a_real_tokenizer_round_trips_through_the_window() -> None:
     stream = TextStream(lambda part: tokenizer.decode(list(part)))
     text = "".join(stream.push(i) for i in ids) + stream.flush()
     assert text == tokenizer.decode(ids) == "hello world hello! world"
+
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+
+
+@pytest.mark.parametrize(
+    ("written", "call"),
+    [
+        ('{"name": "get_weather", "arguments": {"city": "Pa', ("get_weather", '{"city": "Pa')),
+        ('{"name": "get_weather", "argu', ("get_weather", "")),
+        ('{"name": "get_wea', None),  # its name is not whole: not a call
+        ('{"name": "rm_rf", "arguments": {', None),  # not offered
+    ],
+)
+def test_a_template_call_cut_by_max_tokens_comes_back_as_far_as_it_went(
+    written: str, call: tuple[str, str] | None
+) -> None:
+    request = ChatCompletionRequest.model_validate(
+        {"messages": [{"role": "user", "content": "x"}], "tools": [WEATHER]}
+    )
+    parser = plain_parser(request)
+    assert [d.content for d in parser.feed("ok <tool_call>\n" + written)] == ["ok "]
+    calls = [c.function for d in parser.finish("length") for c in d.tool_calls or []]
+    assert calls == ([] if call is None else [{"name": call[0], "arguments": call[1]}])
