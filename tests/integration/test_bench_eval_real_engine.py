@@ -53,7 +53,18 @@ def test_bench_decode_and_reuse_write_table_json_and_plots(gateway_url: str, tmp
 
 
 def test_eval_humaneval_scores_a_handful_of_problems(gateway_url: str, tmp_path: Path) -> None:
-    args = ["eval", gateway_url, "--suite", "humaneval", "--limit", "3", "--max-tokens", "128"]
+    args = [
+        "eval",
+        gateway_url,
+        "--suite",
+        "humaneval",
+        "--limit",
+        "3",
+        "--max-tokens",
+        "128",
+        "--max-seconds",
+        "0",
+    ]
     result = CliRunner().invoke(main, [*args, "--concurrency", "2", "--out", str(tmp_path), "--no-progress"])
     assert result.exit_code == 0, result.output
     print(result.output)  # the score: reported, not asserted
