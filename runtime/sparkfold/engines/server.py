@@ -215,4 +215,4 @@ def create_app(service: EngineService, *, heartbeat_s: float = HEARTBEAT_S) -> D
 
 
 def _encode(service: EngineService, text: str, add_special_tokens: bool) -> list[int]:
-    return service.generator.encode(text, add_special_tokens=add_special_tokens)
+    return service.encode(text, add_special_tokens=add_special_tokens)

@@ -32,6 +32,7 @@ from sparkfold.engines.chat_template import ChatRenderer, ChatTemplateRenderer
 from sparkfold.engines.generator import EngineGone, GenerationReport, Generator, SamplingParams
 from sparkfold.engines.metrics import EngineCounters
 from sparkfold.engines.output import OutputParser, ParserFactory, PlainParser, TextStream, plain_parser
+from sparkfold.engines.prompt_ids import PromptIds
 from sparkfold.glm.errors import GlmError, GrammarError
 from sparkfold.glm.media import collect_media, require_vision
 from sparkfold.protocol import (
@@ -176,6 +177,8 @@ class EngineService:
         self.renderer = renderer
         self._grammar: Any = None  # GrammarCompiler of a chat-template model, built at first use
         self.counters = EngineCounters()
+        self.encode = PromptIds(generator.encode)
+        """The generator's tokenizer, with the ids of recent long prompts kept (a re-sent prompt)."""
         self._prepare = ThreadPoolExecutor(1, thread_name_prefix="prepare")
         """Prompt work (render, tokenize, pictures, grammar) off the event loop, one at a time."""
         self._lane_waiters: list[asyncio.Future[None]] = []
@@ -254,7 +257,7 @@ class EngineService:
             return ApiError(exc.status, exc.message, exc.param)
         except ValueError as exc:
             return ApiError(400, str(exc), getattr(exc, "param", None) or "messages")
-        ids = self.generator.encode(prompt, add_special_tokens=False)
+        ids = self.encode(prompt, add_special_tokens=False)
         prepared = self._admit(ids, request.reply_budget, request, "messages")
         if isinstance(prepared, ApiError):
             return prepared
@@ -296,7 +299,7 @@ class EngineService:
             return ApiError(exc.status, exc.message, exc.param)
         except ValueError as exc:  # a renderer refuses a request with a ValueError naming ``param``
             return ApiError(400, str(exc), getattr(exc, "param", None) or "messages")
-        return self.generator.encode(prompt, add_special_tokens=False)
+        return self.encode(prompt, add_special_tokens=False)
 
     def _prepare_glm(self, request: ChatCompletionRequest, glm: GlmChat) -> Prepared | ApiError:
         """Render, load pictures and compile the structured-output grammar (``sparkfold.glm``)."""
@@ -310,7 +313,7 @@ class EngineService:
             return ApiError(
                 400, "pictures need an engine with tp = 1; remove the image/video parts", "messages"
             )
-        ids = self.generator.encode(turn.prompt, add_special_tokens=False)
+        ids = self.encode(turn.prompt, add_special_tokens=False)
         prepared = self._admit(ids, request.reply_budget, request, "messages")
         if isinstance(prepared, ApiError):
             return prepared
@@ -334,7 +337,7 @@ class EngineService:
         for i, one in enumerate(prompts):
             param = "prompt" if len(prompts) == 1 else f"prompt[{i}]"
             if isinstance(one, str):
-                ids = self.generator.encode(one, add_special_tokens=request.add_special_tokens)
+                ids = self.encode(one, add_special_tokens=request.add_special_tokens)
             else:
                 ids = list(one)
                 bad = self.invalid_token_ids(ids)
