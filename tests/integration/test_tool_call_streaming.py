@@ -22,6 +22,7 @@ import pytest
 from tests.fakes.harness import settings_for
 from tests.fakes.scripted_engine import ServerThread
 from tests.fakes.scripted_glm import ScriptedGlm
+from tests.fakes.sdk_events import input_json_pieces
 
 from sparkfold.api import create_app as create_gateway
 from sparkfold.engines.server import create_app as create_engine
@@ -120,7 +121,7 @@ def test_anthropic_streams_input_json_deltas(claude: anthropic.Anthropic, genera
         final = stream.get_final_message()
     starts = [e for e in events if e.type == "content_block_start" and e.content_block.type == "tool_use"]
     assert len(starts) == 1 and starts[0].content_block.input == {}
-    pieces = [e for e in events if e.type == "content_block_delta" and e.delta.type == "input_json_delta"]
+    pieces = input_json_pieces(events)
     assert len(pieces) >= value_tokens(generator)
     (use,) = [b for b in final.content if b.type == "tool_use"]
     assert (use.name, use.input) == ("write_file", ARGUMENTS) and final.stop_reason == "tool_use"
@@ -178,11 +179,7 @@ def test_anthropic_returns_a_cut_tool_use(claude: anthropic.Anthropic, generator
     with claude.messages.stream(**body) as stream:
         events = list(stream)
         streamed = stream.get_final_message()
-    pieces = [
-        e.delta.partial_json
-        for e in events
-        if e.type == "content_block_delta" and e.delta.type == "input_json_delta"
-    ]
+    pieces = input_json_pieces(events)
     assert "".join(pieces) == PARTIAL and streamed.stop_reason == "max_tokens"
     assert [b.type for b in streamed.content] == ["thinking", "tool_use"]
 

@@ -12,6 +12,7 @@ import openai
 import pytest
 from tests.fakes.harness import Running
 from tests.fakes.scripted_engine import Script, ScriptedEngine
+from tests.fakes.sdk_events import input_json_pieces
 
 ARGUMENTS = '{"path": "a.txt", "content": "one two three four five"}'
 CUT = '{"path": "a.txt", "content": "one two'
@@ -36,11 +37,7 @@ def test_anthropic_relays_each_piece_as_an_input_json_delta(gateway: Running, fa
     ) as stream:
         events = list(stream)
         final = stream.get_final_message()
-    pieces = [
-        e.delta.partial_json
-        for e in events
-        if e.type == "content_block_delta" and e.delta.type == "input_json_delta"
-    ]
+    pieces = input_json_pieces(events)
     assert len(pieces) == 6 and "".join(pieces) == ARGUMENTS
     assert final.content[-1].type == "tool_use" and final.content[-1].input == json.loads(ARGUMENTS)
 
