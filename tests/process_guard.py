@@ -8,7 +8,8 @@ fixture's teardown, the guard waits a little for exiting processes, then names e
 running with the test that started it, kills it by PID and sets the session's exit status to 1.
 
 Kept on purpose, and not counted: the testbed's machines when ``SPARKFOLD_TESTBED_KEEP=1`` (their
-``systemd-nspawn`` and the package server, ``python -m http.server``), and OpenSSH's
+``systemd-nspawn``, the package server, ``python -m http.server``, and the engine image registry,
+``docker-registry``), and OpenSSH's
 connection-sharing masters (``ssh: … [mux]``, which Ansible's ControlPersist keeps for 60 s); the
 guard ends those masters too. A child started with an environment built from nothing
 (``env={"PATH": …}``) carries no mark and is not seen.
@@ -72,8 +73,9 @@ def kept(proc: psutil.Process) -> str | None:
         return "mux"
     machine = bool(argv) and os.path.basename(argv[0]) == "systemd-nspawn"
     package_server = argv[1:3] == ["-m", "http.server"]
-    if os.environ.get("SPARKFOLD_TESTBED_KEEP") == "1" and (machine or package_server):
-        return "testbed"  # the testbed's machines and their package server, kept on request
+    registry = bool(argv) and os.path.basename(argv[0]) == "docker-registry"
+    if os.environ.get("SPARKFOLD_TESTBED_KEEP") == "1" and (machine or package_server or registry):
+        return "testbed"  # the testbed's machines, their package server and registry, kept on request
     return None
 
 

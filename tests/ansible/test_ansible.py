@@ -250,7 +250,7 @@ def test_the_gateway_lanes_follow_the_engine_unless_set_lower(
     ("inventory", "extra", "head", "lanes"),
     [
         ("inventory/testbed", (), "sftb-head", 4),
-        ("inventory/testbed", ("-e", "@inventory/testbed-tensorfold.yml"), "sftb-head", 1),
+        ("inventory/testbed", ("-e", "@inventory/testbed-tensorfold.yml"), "sftb-head", 4),
         ("inventory/fleet-example", (), "spark-a-head", 1),
     ],
 )

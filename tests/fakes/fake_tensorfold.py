@@ -35,7 +35,8 @@ Knobs of the stand-in itself, from the environment (the launcher's ``-e`` argume
                                          serves only once rank 1 has joined; rank 1 exits 1 when rank 0's
                                          connection closes (as its doorbell wait fails when rank 0 dies)
 ``FAKE_TENSORFOLD_HOLD=1``               each reply waits after its first event until ``POST /fake/release``
-                                         (so a test holds N lanes busy without timing anything)
+                                         (so a test holds N lanes busy without timing anything); without
+                                         it, only requests whose body says ``FAKE-HOLD`` wait
 ``FAKE_TENSORFOLD_POOL_TOKENS=N``        the shared pool's size in tokens
 
 ``POST /fake/wedge`` hangs the engine the way a GLM pair can hang silently: ``/health`` still says
@@ -62,6 +63,7 @@ from typing import Any
 REPLY = ["Hello", " from", " the", " fake", " engine", "."]
 BROKEN = os.environ.get("FAKE_TENSORFOLD_BROKEN", "")
 HOLD = bool(os.environ.get("FAKE_TENSORFOLD_HOLD"))
+HOLD_MARK = "FAKE-HOLD"  # a request that says this waits as with HOLD (a running pair's test)
 RETRY_AFTER_S = 5
 KEPT_BYTES_PER_TOKEN = 6_700  # the recipe's spill files: ~6.7 KB per token per Spark
 POLL_S = 0.1
@@ -251,6 +253,7 @@ def error(status: int, message: str, code: str | None = None) -> tuple[int, dict
 
 class Handler(BaseHTTPRequestHandler):
     engine: Engine
+    held = False  # this request waits for POST /fake/release (reply() decides)
 
     def log_message(self, format: str, *args: Any) -> None:  # one line per request, like 0.6.2+
         print(f"[tensorfold] {self.command} {self.path} {args[1] if len(args) > 1 else ''}", flush=True)
@@ -342,12 +345,13 @@ class Handler(BaseHTTPRequestHandler):
             self.engine.leave(len(prompt))
 
     def hold(self) -> None:
-        """With FAKE_TENSORFOLD_HOLD, wait for ``POST /fake/release`` (or the client to leave)."""
-        while HOLD and not self.engine.released.wait(POLL_S):
+        """With FAKE_TENSORFOLD_HOLD or HOLD_MARK: wait for ``POST /fake/release`` (or the client to go)."""
+        while self.held and not self.engine.released.wait(POLL_S):
             if self.client_gone():
                 return
 
     def reply(self, body: dict[str, Any], pieces: list[str], usage: dict[str, Any]) -> None:
+        self.held = HOLD or HOLD_MARK in json.dumps(body)
         finish = "length" if len(pieces) < len(REPLY) else "stop"
         stats = {"prefill_s": 0.0, "decode_s": 0.0, "cached": usage["prompt_tokens_details"]["cached_tokens"]}
         if body.get("stream") and self.path == "/v1/chat/completions":

@@ -9,9 +9,10 @@ a re-run of the serving pair goes through with nothing changed (the ranks' own m
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
-from testbed_kit import HEAD, WORKER, Run, ssh, wait_for
+from testbed_kit import HEAD, WORKER, Run, play, ssh, wait_for
 
 # One testbed per session: the first test also waits for the first converge (minutes on a busy host).
 pytestmark = [pytest.mark.testbed, pytest.mark.slow, pytest.mark.netns, pytest.mark.timeout(1800)]
@@ -28,11 +29,13 @@ def meminfo(real: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-@pytest.fixture
-def serving_spark_memory(converge: Callable[..., Run]) -> Iterator[None]:
+@pytest.fixture(scope="module")
+def serving_spark_memory(first_converge: Run, artifacts: Path) -> Iterator[None]:
+    """Once for the module (its second test would re-run the same converge, changing nothing)."""
     # The engine unit's ExecStartPre checks the same thresholds (SPARKFOLD_MIN_MEMORY_GIB): put them
     # in place while the nodes still show their own memory, and let the restarted ranks settle.
-    converge(extravars=NEEDS).must_succeed()
+    first_converge.must_succeed()
+    play(artifacts / "serving-figures", "site.yml", extravars=NEEDS).must_succeed()
     wait_for("both ranks serving", engines_active, timeout_s=600, every_s=3)
     for node in (HEAD, WORKER):
         fake = meminfo(ssh(node, "cat /proc/meminfo"))

@@ -1,12 +1,14 @@
 """The ``tensorfold`` engine kind end to end on the testbed, image stage included, and its drills.
 
 The same two nodes the other modules converged are re-converged with
-``-e @inventory/testbed-tensorfold.yml``: the image role builds the TensorFold stand-in
-(tests/fakes/fake_tensorfold.py) on the head from the context ``playbooks/testbed.yml`` wrote
-(``sparkfold_image_source: context``), copies it to the worker over the fabric link, and each node's
-``sparkfold-engine`` runs its rank with ``docker run``: rank 0 on the head behind the gateway, rank 1
-on the worker, with the recipe's peer watch on. Then the drills, each recovering unattended within a
-bounded wait: Docker stopped on the worker, the worker's rank killed, the worker node restarted.
+``-e @inventory/testbed-tensorfold.yml``, the shape of inventory/example's default: each node pulls
+the TensorFold stand-in (tests/fakes/fake_tensorfold.py) by digest from the registry
+``playbooks/testbed.yml`` serves on the control host, the image role accepts it by its recipe label
+(tf.patches) and each node's ``sparkfold-engine`` runs its rank with ``docker run`` and the recipe's
+settings: rank 0 on the head behind the gateway (4 lanes), rank 1 on the worker, with the recipe's
+peer watch on. A wrong label or digest stops the image stage naming both. Then the drills, each
+recovering unattended within a bounded wait: Docker stopped on the worker, the worker's rank
+killed, the worker node restarted.
 
 Runs after every other testbed module (file order) and leaves the pair on the tensorfold kind.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,8 +25,10 @@ from typing import Any
 import pytest
 import yaml
 from testbed_kit import (
+    API,
     HEAD,
     REPO,
+    SERVED_NAME,
     WORKER,
     Run,
     chat_answers,
@@ -38,8 +43,8 @@ from testbed_kit import (
 # One testbed per session: the first test also waits for the first converge (minutes on a busy host).
 pytestmark = [pytest.mark.testbed, pytest.mark.slow, pytest.mark.netns, pytest.mark.timeout(1800)]
 TENSORFOLD: dict[str, Any] = yaml.safe_load((REPO / "inventory/testbed-tensorfold.yml").read_text())
-LABEL = "org.sparkfold.tensorfold.series"
-IMAGE = "sparkfold-tensorfold:v0.6.0"
+IMAGE = "sparkfold-tensorfold:v0.6.0-recipe"
+RECIPE_LABEL = TENSORFOLD["sparkfold_image_published_label"]
 STANDIN_REPLY = "Hello from the fake engine."  # tests/fakes/fake_tensorfold.py REPLY
 # When the node's systemd started (its own clock since the boot): another value is another boot.
 BOOTED = "systemctl show -p UserspaceTimestampMonotonic --value"
@@ -88,23 +93,29 @@ def converge_tensorfold(
     return run
 
 
-def test_the_tensorfold_kind_builds_its_image_and_serves_through_the_gateway(
+def published() -> str:
+    """The stand-in's reference by digest, as playbooks/testbed.yml published it (session fixture ran)."""
+    return (REPO / ".cache/testbed/standin-image/published.ref").read_text().strip()
+
+
+def test_the_tensorfold_kind_pulls_its_image_by_digest_and_serves_through_the_gateway(
     tensorfold_pair: Run, api_key: str
 ) -> None:
     run = tensorfold_pair.must_succeed()
     words = " ".join(run.output.split())
-    assert "built from the context" in words and "no TensorFold clone, tag check or patch series" in words
     assert "WARNING: TESTBED OVERRIDE" in words  # the architecture override is never silent
     serves(api_key)
     assert chat_reply(api_key) == STANDIN_REPLY
-    # The image stage ran: the head built the image, the worker holds the same content (its copy).
-    labels = {
-        node: ssh(node, f"docker image inspect --format '{{{{json .Config.Labels}}}}' {IMAGE}")
-        for node in (HEAD, WORKER)
-    }
-    assert labels[HEAD] == labels[WORKER] and LABEL in json.loads(labels[HEAD])
-    layers = "docker image inspect --format '{{json .RootFS.Layers}}' " + IMAGE
-    assert ssh(HEAD, layers) == ssh(WORKER, layers)
+    # The image stage pulled the published image by digest on both nodes, accepted by its label.
+    ref = published()
+    name, digest = ref.split("@")
+    assert ref.startswith("198.51.100.1:5000/") and digest.startswith("sha256:")
+    for node in (HEAD, WORKER):
+        image = json.loads(ssh(node, f"docker image inspect {IMAGE}"))[0]
+        assert image["Config"]["Labels"]["tf.patches"] == RECIPE_LABEL
+        assert f"{name.rsplit(':', 1)[0]}@{digest}" in image["RepoDigests"]
+    profile = ssh(HEAD, "cat /etc/sparkfold/tensorfold-image.toml")
+    assert "kv_fp8" in profile and f"published {ref}" in profile
     # Rank 0 on the head, rank 1 on the worker, each in its container, the recipe's peer watch on.
     for node, rank in ((HEAD, "0"), (WORKER, "1")):
         rank_container = container(node)
@@ -115,6 +126,85 @@ def test_the_tensorfold_kind_builds_its_image_and_serves_through_the_gateway(
         assert rank_container["HostConfig"]["DeviceRequests"] in (None, [])  # gpus = false: no --gpus
         journal = ssh(node, "journalctl -u sparkfold-engine -o cat --no-pager")
         assert "TESTBED OVERRIDE" in journal  # ExecStartPre's preflight says it at every start
+
+
+def test_four_streams_run_at_once_through_the_gateway(tensorfold_pair: Run, api_key: str) -> None:
+    """The recipe's 4 lanes: four streamed requests held open together (the stand-in's FAKE-HOLD)
+    are all running in the engine at once, then each streams to its end once released."""
+    import httpx
+
+    serves(api_key)
+    # The engine's own port, on the head's loopback (the nodes have python3, not curl).
+    engine = 'python3 -c "import sys, urllib.request as u; print(u.urlopen(u.Request('
+    health = engine + "'http://127.0.0.1:18888/health'), timeout=10).read().decode())\""
+    release = engine + "'http://127.0.0.1:18888/fake/release', data=b'{}'), timeout=10).read().decode())\""
+    assert json.loads(ssh(HEAD, health))["requests_running"] == 0
+    ends: list[str] = []
+
+    def stream() -> None:
+        body = {
+            "model": SERVED_NAME,
+            "stream": True,
+            "max_tokens": 8,
+            "messages": [{"role": "user", "content": "FAKE-HOLD: say hello."}],
+        }
+        headers = {"Authorization": f"Bearer {api_key}"}
+        with httpx.stream(
+            "POST", f"{API}/v1/chat/completions", json=body, headers=headers, timeout=120
+        ) as answer:
+            ends.extend(line for line in answer.iter_lines() if line == "data: [DONE]")
+
+    streams = [threading.Thread(target=stream) for _ in range(4)]
+    for thread in streams:
+        thread.start()
+    try:
+        wait_for(
+            "four requests running in the engine at once",
+            lambda: json.loads(ssh(HEAD, health))["requests_running"] == 4,
+            timeout_s=120,
+            every_s=1,
+        )
+    finally:
+        ssh(HEAD, release)
+        for thread in streams:
+            thread.join(timeout=120)
+    assert ends == ["data: [DONE]"] * 4
+
+
+def test_a_wrong_label_or_digest_stops_the_image_stage_naming_both(
+    tensorfold_pair: Run, artifacts: Path, api_key: str
+) -> None:
+    """Nothing is tagged or restarted: the pair serves on from the accepted image."""
+    serves(api_key)
+    before = invocations()
+    profile = "cat /etc/sparkfold/tensorfold-image.toml"
+    profiles = {node: ssh(node, profile) for node in (HEAD, WORKER)}
+    ref = published()
+    name, digest = ref.split("@")
+    label = play(
+        artifacts / "tf-wrong-label",
+        "playbooks/image.yml",
+        extravars={**TENSORFOLD, "sparkfold_image_published_label": "0123456789ab"},
+    )
+    assert label.rc != 0
+    words = " ".join(label.output.split())
+    assert f"{ref} carries tf.patches={RECIPE_LABEL}, not 0123456789ab" in words
+    other = "sha256:" + "0" * 64
+    missing = play(
+        artifacts / "tf-wrong-digest",
+        "playbooks/image.yml",
+        extravars={**TENSORFOLD, "sparkfold_image_registry_ref": f"{name}@{other}"},
+    )
+    assert missing.rc != 0
+    words = " ".join(missing.output.split())
+    assert f"No image with digest {other} (to be accepted with tf.patches={RECIPE_LABEL})" in words
+    for node in (HEAD, WORKER):
+        image = json.loads(ssh(node, f"docker image inspect {IMAGE}"))[0]
+        assert image["Config"]["Labels"]["tf.patches"] == RECIPE_LABEL
+    assert invocations() == before
+    # The profile still names the image that runs (it is written once the image is in place).
+    assert {node: ssh(node, profile) for node in (HEAD, WORKER)} == profiles
+    assert digest != other
 
 
 def test_a_second_converge_at_vvv_changes_nothing_and_prints_no_key(

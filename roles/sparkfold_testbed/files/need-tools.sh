@@ -5,7 +5,8 @@
 # (a fresh host has no venv yet) and by the testbed role's first task.
 lacking=""
 for pair in debootstrap:debootstrap systemd-nspawn:systemd-container rsync:rsync ssh:openssh-client \
-        ssh-keygen:openssh-client ip:iproute2 dpkg-scanpackages:dpkg-dev; do
+        ssh-keygen:openssh-client ip:iproute2 dpkg-scanpackages:dpkg-dev \
+        docker-registry:docker-registry; do
     tool=${pair%%:*} package=${pair#*:}
     command -v "$tool" >/dev/null 2>&1 && continue
     case " $lacking " in *" $package "*) ;; *) lacking="${lacking:+$lacking }$package" ;; esac
