@@ -21,19 +21,17 @@ from sparkfold.node.supervisor import describe, run_rank
 @json_option
 def command(settings: Settings, dry_run: bool, as_json: bool) -> None:
     """Run this node's engine rank (rank 0 serves the engine protocol on engine.host:engine.port)."""
-    if dry_run:
-        plan = describe(settings)
-        if as_json:
-            echo_json(plan)
-        else:
-            for key, value in plan.items():
-                click.echo(f"{key:12} {_shown(value)}")
-        return
     try:
-        code = run_rank(settings)
+        if not dry_run:
+            raise SystemExit(run_rank(settings))
+        plan = describe(settings)
     except RankError as exc:
         raise click.ClickException(str(exc)) from None
-    raise SystemExit(code)
+    if as_json:
+        echo_json(plan)
+    else:
+        for key, value in plan.items():
+            click.echo(f"{key:12} {_shown(value)}")
 
 
 def _shown(value: Any) -> str:

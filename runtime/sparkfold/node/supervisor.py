@@ -63,9 +63,14 @@ def describe(settings: Settings) -> dict[str, Any]:
     """What :func:`run_rank` would run with these settings (``sparkfold engine --dry-run``)."""
     engine, fabric, rank = settings.engine, settings.fabric, settings.node.rank
     if engine.kind == "tensorfold":
+        from sparkfold.engines.tensorfold import LaunchError
         from sparkfold.node.tensorfold_rank import image_report, plan_for
 
-        return {"kind": engine.kind, **plan_for(settings).as_dict(), "image": image_report(settings)}
+        try:
+            launch = plan_for(settings).as_dict()
+        except LaunchError as exc:
+            raise RankError(str(exc)) from None
+        return {"kind": engine.kind, **launch, "image": image_report(settings)}
     try:
         model = resolve_model(engine.model, engine.transformers.gguf_file).describe()
     except FileNotFoundError as exc:
@@ -110,12 +115,13 @@ def run_rank(settings: Settings) -> int:
     _configure_logging(settings)
     engine = settings.engine
     if engine.kind == "tensorfold":
+        from sparkfold.engines.tensorfold import LaunchError
         from sparkfold.engines.tensorfold_process import RankStartError
         from sparkfold.node.tensorfold_rank import run_tensorfold_rank
 
         try:
             return run_tensorfold_rank(settings, die=_die)
-        except RankStartError as exc:
+        except (LaunchError, RankStartError) as exc:
             raise RankError(str(exc)) from None
     if engine.kind == "exllamav3" or engine.core_process:
         return _run_single(settings)

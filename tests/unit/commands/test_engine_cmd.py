@@ -51,3 +51,19 @@ def test_the_gpu_engine_without_cuda_is_one_clear_line(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert 'engine.kind = "exllamav3" needs an NVIDIA GPU with CUDA' in result.output
     assert "Traceback" not in result.output
+
+
+def test_dry_run_when_fabric_discovery_fails_is_one_clear_line(tmp_path: Path, monkeypatch) -> None:
+    from sparkfold.node import tensorfold_rank
+    from sparkfold.node.checks import Check, Report
+
+    def no_link(*_args: object, **_kwargs: object) -> Report:
+        report = Report()
+        report.add(Check("route", False, "203.0.113.129 is reached through a gateway", "address the link"))
+        return report
+
+    monkeypatch.setattr(tensorfold_rank, "discover", no_link)
+    result = CliRunner().invoke(main, ["engine", "--config", _config(tmp_path, 0, "tensorfold"), "--dry-run"])
+    assert result.exit_code == 1
+    assert "fabric discovery found no RoCE link for NCCL: FAIL route" in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
