@@ -5,13 +5,20 @@ Each application owns a registry, so several gateways (tests) never share counte
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from sparkfold.api.lanes import Lanes
 
-__all__ = ["ALIASES", "ROUTES", "Metrics", "route_label"]
+__all__ = ["ALIASES", "ROUTES", "EngineLoad", "Metrics", "route_label"]
+
+# The seconds this node's engine rank took from its process start to READY (its last cold load), or
+# None where no rank is marked serving (the command reads sparkfold.node.serving's marker).
+EngineLoad = Callable[[], float | None]
 
 # Known routes are labels as they are; anything else is "other" (unbounded paths, unbounded series).
 ROUTES = frozenset(
@@ -54,8 +61,27 @@ def route_label(path: str) -> str:
     return "other"
 
 
+class _EngineLoadCollector(Collector):
+    """``sparkfold_engine_load_seconds``, present only while a rank is marked serving."""
+
+    def __init__(self, source: EngineLoad) -> None:
+        self.source = source
+
+    def describe(self) -> list[Metric]:
+        return []  # asked at every scrape: the series comes and goes with the rank
+
+    def collect(self) -> Iterator[Metric]:
+        seconds = self.source()
+        if seconds is not None:
+            yield GaugeMetricFamily(
+                "sparkfold_engine_load_seconds",
+                "Seconds the serving engine rank took from its process start to ready (its last cold load)",
+                value=seconds,
+            )
+
+
 class Metrics:
-    def __init__(self, lanes: Lanes) -> None:
+    def __init__(self, lanes: Lanes, engine_load: EngineLoad | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self._children: dict[tuple[str, int], tuple[Any, Any]] = {}
         r = self.registry
@@ -101,6 +127,8 @@ class Metrics:
         Gauge("sparkfold_queue_max", "Queue capacity (api.max_queued)", registry=r).set_function(
             lambda: lanes.max_queued
         )
+        if engine_load is not None:
+            r.register(_EngineLoadCollector(engine_load))
 
     def count_request(self, route: str, status: int, seconds: float) -> None:
         """One answered request (status 0: the client left first) and how long it took."""

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -13,6 +14,7 @@ from sparkfold.config import Settings
 if TYPE_CHECKING:
     from sparkfold.api.capabilities import EngineStart
     from sparkfold.api.health import PeerSource
+    from sparkfold.api.metrics import EngineLoad
     from sparkfold.api.server import Notify
 
 
@@ -38,16 +40,26 @@ def _peer_source() -> PeerSource | None:
 def _engine_start() -> EngineStart | None:
     """The pid of the rank this node's engine unit marked serving (node/): a new one is a new start,
     so the gateway asks the engine's capabilities again."""
+    return _marked("pid")
+
+
+def _engine_load() -> EngineLoad | None:
+    """The last cold load of the rank this node's engine unit marked serving (node/)."""
+    return _marked("load_s")
+
+
+def _marked(field: str) -> Callable[[], Any] | None:
+    """A reader of one field of the serving marker (None while no rank is marked); None without node/."""
     try:
         serving = importlib.import_module("sparkfold.node.serving").serving
     except (ImportError, AttributeError):
         return None
 
-    def started() -> int | None:
+    def read() -> Any:
         found = serving()
-        return None if found is None else int(found.pid)
+        return None if found is None else getattr(found, field)
 
-    return started
+    return read
 
 
 @click.command()
@@ -57,6 +69,12 @@ def command(settings: Settings) -> None:
     from sparkfold.api import GatewayRefused, serve
 
     try:
-        serve(settings, notify=_notifier(), peer_state=_peer_source(), engine_start=_engine_start())
+        serve(
+            settings,
+            notify=_notifier(),
+            peer_state=_peer_source(),
+            engine_start=_engine_start(),
+            engine_load=_engine_load(),
+        )
     except GatewayRefused as exc:
         raise click.ClickException(str(exc)) from None

@@ -1,12 +1,14 @@
 """The serving marker: which engine configuration this node's rank serves right now.
 
-Once a rank is READY, the supervisor writes ``serving.json`` (the engine fingerprint, its pid and
-rank) into the engine unit's ``RuntimeDirectory`` (``/run/sparkfold-engine``, named by systemd in
+Once a rank is READY, the supervisor writes ``serving.json`` (the engine fingerprint, its pid, its
+rank, and ``load_s``: the seconds from the supervisor's process start to READY, this start's cold
+load) into the engine unit's ``RuntimeDirectory`` (``/run/sparkfold-engine``, named by systemd in
 ``$RUNTIME_DIRECTORY``). systemd removes that folder when the unit stops, so the file exists exactly
 while a rank runs; outside systemd (a shell, the tests) nothing is written.
 
 ``sparkfold preflight`` reads it: memory a serving rank holds is not "missing", and a rank that
-already serves the candidate configuration has nothing left to load or write.
+already serves the candidate configuration has nothing left to load or write. The gateway reads
+``load_s`` into ``sparkfold_engine_load_seconds``.
 
 :func:`write_record` / :func:`read_record` are the one way records go through that folder (the
 marker; the TensorFold supervisor's peer state, :mod:`sparkfold.node.peer`, read by the gateway): a
@@ -24,7 +26,16 @@ from typing import Any
 
 from sparkfold.config import Settings, engine_fingerprint
 
-__all__ = ["MARKER", "RUN_DIR", "Serving", "mark_serving", "read_record", "serving", "write_record"]
+__all__ = [
+    "MARKER",
+    "RUN_DIR",
+    "Serving",
+    "mark_serving",
+    "process_age_s",
+    "read_record",
+    "serving",
+    "write_record",
+]
 
 RUN_DIR = Path("run/sparkfold-engine")  # relative to the root; the engine unit's RuntimeDirectory
 MARKER = "serving.json"
@@ -37,6 +48,7 @@ class Serving:
     fingerprint: str
     pid: int
     rank: int
+    load_s: float | None = None  # process start to READY (None: not known)
 
 
 def write_record(
@@ -69,16 +81,38 @@ def read_record(name: str, root: Path = Path("/")) -> dict[str, Any] | None:
 
 def mark_serving(settings: Settings, env: Mapping[str, str] | None = None) -> Path | None:
     """Write the marker for this process (READY); its path, or None outside a systemd unit."""
-    record = {"fingerprint": engine_fingerprint(settings), "rank": settings.node.rank}
+    record = {
+        "fingerprint": engine_fingerprint(settings),
+        "rank": settings.node.rank,
+        "load_s": process_age_s(),
+    }
     return write_record(MARKER, record, env)
+
+
+def process_age_s(proc: Path = Path("/proc")) -> float | None:
+    """Seconds since this process started (the kernel's start time against its uptime); None where
+    ``/proc`` does not say."""
+    try:
+        after_name = (proc / "self" / "stat").read_text(encoding="utf-8").rsplit(")", 1)[1].split()
+        started_s = int(after_name[19]) / os.sysconf("SC_CLK_TCK")  # field 22, starttime, in ticks
+        uptime_s = float((proc / "uptime").read_text(encoding="utf-8").split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return round(max(0.0, uptime_s - started_s), 2)
 
 
 def serving(root: Path = Path("/")) -> Serving | None:
     """The rank serving on this node, if one is: the marker names a process that still runs."""
     data = read_record(MARKER, root)
     try:
-        return (
-            None if data is None else Serving(str(data["fingerprint"]), int(data["pid"]), int(data["rank"]))
+        if data is None:
+            return None
+        load_s = data.get("load_s")
+        return Serving(
+            str(data["fingerprint"]),
+            int(data["pid"]),
+            int(data["rank"]),
+            float(load_s) if isinstance(load_s, (int, float)) else None,
         )
     except (KeyError, TypeError, ValueError):
         return None

@@ -92,3 +92,15 @@ def test_tensorfold_aliases_answer_like_their_routes(gateway: Running) -> None:
     assert gateway.http.post("/messages", json=body).json()["type"] == "message"
     assert gateway.http.post("/messages", json={}).json()["type"] == "error"  # Anthropic's error shape
     assert 'route="/v1/messages"' in gateway.http.get("/v1/metrics").text
+
+
+def test_metrics_carry_the_engine_load_only_while_a_rank_serves() -> None:
+    from sparkfold.api.lanes import Lanes
+    from sparkfold.api.metrics import Metrics
+
+    load: list[float | None] = [None]
+    metrics = Metrics(Lanes(1, 1), engine_load=lambda: load[0])
+    assert b"sparkfold_engine_load_seconds" not in metrics.render("")  # no rank marked serving
+    load[0] = 437.25
+    assert b"sparkfold_engine_load_seconds 437.25" in metrics.render("")
+    assert b"sparkfold_engine_load_seconds" not in Metrics(Lanes(1, 1)).render("")  # no source (tests)

@@ -160,6 +160,7 @@ def mark(root: Path, s: Settings, pid: int = 4242) -> None:
     folder.mkdir(parents=True)
     assert mark_serving(s, env={"RUNTIME_DIRECTORY": str(folder)}) == folder / MARKER
     record = json.loads((folder / MARKER).read_text())
+    assert isinstance(record["load_s"], float) and record["load_s"] >= 0  # this process's age: its load
     (folder / MARKER).write_text(json.dumps({**record, "pid": pid}))
 
 
