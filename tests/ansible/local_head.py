@@ -95,3 +95,15 @@ def render_example(repo: Path, folder: Path, *extra: str, inventory: str = "inve
     result = ansible(repo, "ansible-playbook", *args)
     assert result.returncode == 0, result.stdout + result.stderr
     return folder
+
+
+def install_sparkfold(repo: Path, folder: Path) -> Path:
+    """``<folder>/venv/bin/sparkfold`` running this checkout's runtime, as the node's venv would."""
+    script = folder / "venv/bin/sparkfold"
+    script.parent.mkdir(parents=True)
+    script.write_text(
+        f"#!/bin/sh\nPYTHONPATH={repo / 'runtime'} exec {sys.executable} -c "
+        "'from sparkfold.cli import main; main()' \"$@\"\n"
+    )
+    script.chmod(0o755)
+    return folder

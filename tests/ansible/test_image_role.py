@@ -9,11 +9,10 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from local_head import ansible, fake_tools, write_inventory
+from local_head import ansible, fake_tools, install_sparkfold, write_inventory
 
 IMAGE = "sparkfold-tensorfold:v0.6.0"
 
@@ -41,18 +40,6 @@ def tensorfold(tmp_path: Path) -> tuple[Path, str]:
     source.mkdir()
     git(source, "init", "-q")
     return source, commit_and_tag(source, "v0.6.0")
-
-
-def install_sparkfold(repo: Path, folder: Path) -> Path:
-    """``<folder>/venv/bin/sparkfold`` running this checkout's runtime, as the node's venv would."""
-    script = folder / "venv/bin/sparkfold"
-    script.parent.mkdir(parents=True)
-    script.write_text(
-        f"#!/bin/sh\nPYTHONPATH={repo / 'runtime'} exec {sys.executable} -c "
-        "'from sparkfold.cli import main; main()' \"$@\"\n"
-    )
-    script.chmod(0o755)
-    return folder
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ and replies as GLM does: thinking on (the default) spends the whole budget on re
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from local_head import ansible, write_inventory
+from local_head import ansible, install_sparkfold, write_inventory
 
 from sparkfold.api.reasoning import ReasoningControls, reasoning_controls
 
@@ -31,6 +32,8 @@ MODEL = "GLM-5.3-Flash-EXL3"
 class _ThinkingGateway(BaseHTTPRequestHandler):
     requests: ClassVar[list[dict[str, Any]]] = []
     thinking: ClassVar[list[bool]] = []
+    keys: ClassVar[list[str]] = []
+    thinking_always: ClassVar[bool] = False
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -39,6 +42,23 @@ class _ThinkingGateway(BaseHTTPRequestHandler):
         data = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _stream(self, message: dict[str, Any], finish: str, used: int) -> None:
+        delta = {key: value for key, value in message.items() if key != "role" and value}
+        chunks = [
+            {"choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+            {"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]},
+            {
+                "choices": [],
+                "usage": {"prompt_tokens": 9, "completion_tokens": used, "total_tokens": 9 + used},
+            },
+        ]
+        data = b"".join(f"data: {json.dumps(chunk)}\n\n".encode() for chunk in chunks) + b"data: [DONE]\n\n"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
@@ -63,12 +83,16 @@ class _ThinkingGateway(BaseHTTPRequestHandler):
         assert isinstance(controls, ReasoningControls), controls
         budget = int(body["max_tokens"])
         type(self).thinking.append(controls.enable_thinking is not False)
-        if controls.enable_thinking is False:
+        if controls.enable_thinking is False and not type(self).thinking_always:
             message = {"role": "assistant", "content": "OK", "reasoning_content": None}
             used, finish = 2, "stop"
         else:  # the engine's default (thinking on): the budget ends inside <think>
             message = {"role": "assistant", "content": "", "reasoning_content": "The user wants" * budget}
             used, finish = budget, "length"
+        type(self).keys.append(self.headers.get("Authorization", ""))
+        if body.get("stream"):  # what the smoke sends (sparkfold startup --smoke): SSE, usage at the end
+            self._stream(message, finish, used)
+            return
         self._reply(
             200,
             {
@@ -82,7 +106,7 @@ class _ThinkingGateway(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def gateway() -> Iterator[ThreadingHTTPServer]:
-    _ThinkingGateway.requests, _ThinkingGateway.thinking = [], []
+    _ThinkingGateway.requests, _ThinkingGateway.thinking, _ThinkingGateway.keys = [], [], []
     server = ThreadingHTTPServer(("127.0.0.1", 0), _ThinkingGateway)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -92,17 +116,37 @@ def gateway() -> Iterator[ThreadingHTTPServer]:
     thread.join(timeout=10)
 
 
+# systemd's record of the engine unit's start, as `systemctl show` prints it: started at 1000 s, READY
+# 437.1 s later (the recipe's pair loads in 433-441 s).
+SYSTEMCTL = """#!/bin/sh
+[ "$1" = show ] || exit 5
+printf 'ExecMainStartTimestampMonotonic=1000000000\nExecMainPID=4242\n'
+printf 'ActiveEnterTimestampMonotonic=1437100000\n'
+"""
+
+
 def verify(repo: Path, folder: Path, gateway: ThreadingHTTPServer) -> subprocess.CompletedProcess[str]:
+    port = gateway.server_address[1]
+    (folder / "etc").mkdir(exist_ok=True)
+    (folder / "etc/sparkfold.toml").write_text(
+        f'[engine]\nmodel = "/m"\nserved_name = "{MODEL}"\n[api]\nhost = "0.0.0.0"\nport = {port}\n'
+    )
+    (folder / "bin").mkdir(exist_ok=True)
+    (folder / "bin/systemctl").write_text(SYSTEMCTL)
+    (folder / "bin/systemctl").chmod(0o755)
     hosts = write_inventory(
         folder,
         ansible_host="127.0.0.1",
-        sparkfold_api_port=gateway.server_address[1],
+        sparkfold_api_port=port,
         sparkfold_api_keys=[KEY],
         sparkfold_engine_thinking=True,
         sparkfold_verify_timeout_s=10,
         sparkfold_verify_poll_s=1,
+        sparkfold_config_dir=str(folder / "etc"),
+        sparkfold_install_dir=str(install_sparkfold(repo, folder / "install")),
     )
-    return ansible(repo, "ansible-playbook", "-i", str(hosts), "playbooks/verify.yml")
+    env = {"PATH": f"{folder / 'bin'}:{os.environ['PATH']}"}
+    return ansible(repo, "ansible-playbook", "-i", str(hosts), "playbooks/verify.yml", env=env)
 
 
 def test_the_smoke_request_gets_an_answer_from_a_thinking_engine(
@@ -114,7 +158,28 @@ def test_the_smoke_request_gets_an_answer_from_a_thinking_engine(
     (request,) = _ThinkingGateway.requests
     assert request["max_tokens"] == 16  # the smoke's budget is unchanged: thinking is what goes
     assert _ThinkingGateway.thinking == [False]
+    assert request["stream"] is True  # ready means a token: the smoke request streams
+    assert _ThinkingGateway.keys == [f"Bearer {KEY}"]  # the key reached the node's command on stdin
     assert KEY not in result.stdout + result.stderr
+    shown = " ".join(result.stdout.split())  # the YAML callback wraps long lines
+    assert "msg: 'OK: ''OK'' (2 tokens, streamed)'" in shown
+    line = (
+        "h1: sparkfold-engine.service (rank 0, pid 4242) from its start: port open ?, /health ready 437.1 s"
+    )
+    assert f"{line}, first streamed token " in shown, result.stdout
+
+
+def test_a_thinking_reply_with_no_answer_fails_the_smoke(
+    repo: Path, tmp_path: Path, gateway: ThreadingHTTPServer
+) -> None:
+    """Against the rule the smoke relies on: were thinking left on, the empty answer is caught."""
+    _ThinkingGateway.thinking_always = True
+    try:
+        result = verify(repo, tmp_path, gateway)
+    finally:
+        _ThinkingGateway.thinking_always = False
+    assert result.returncode != 0
+    assert "the smoke request returned ''" in result.stdout
 
 
 def test_verify_runs_alone_from_a_control_host_no_other_stage_ran_on(

@@ -102,6 +102,7 @@ class RankProcess:
         self._ready = threading.Event()
         self._wake = threading.Event()
         self._note = ""
+        self.port_open_at: float | None = None  # time.monotonic() of the engine port's first answer
         self.serving_url: str | None = None
 
     # --- lifecycle ------------------------------------------------------------------------------
@@ -225,6 +226,8 @@ class RankProcess:
             return False
         try:
             response = client.get(self.plan.health_url)
+            if self.port_open_at is None:
+                self.port_open_at = time.monotonic()  # its first answer, ready or not
             return response.status_code == 200 and health_is_ready(response.json())
         except (httpx.HTTPError, ValueError):
             return False

@@ -8,7 +8,8 @@ while a rank runs; outside systemd (a shell, the tests) nothing is written.
 
 ``sparkfold preflight`` reads it: memory a serving rank holds is not "missing", and a rank that
 already serves the candidate configuration has nothing left to load or write. The gateway reads
-``load_s`` into ``sparkfold_engine_load_seconds``.
+``load_s`` into ``sparkfold_engine_load_seconds``; ``sparkfold startup`` reads ``port_s`` (when the
+engine port first answered, rank 0).
 
 :func:`write_record` / :func:`read_record` are the one way records go through that folder (the
 marker; the TensorFold supervisor's peer state, :mod:`sparkfold.node.peer`, read by the gateway): a
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +51,7 @@ class Serving:
     pid: int
     rank: int
     load_s: float | None = None  # process start to READY (None: not known)
+    port_s: float | None = None  # process start to the engine port's first answer (rank 0)
 
 
 def write_record(
@@ -79,12 +82,20 @@ def read_record(name: str, root: Path = Path("/")) -> dict[str, Any] | None:
     return data if alive and isinstance(data, dict) else None
 
 
-def mark_serving(settings: Settings, env: Mapping[str, str] | None = None) -> Path | None:
-    """Write the marker for this process (READY); its path, or None outside a systemd unit."""
+def mark_serving(
+    settings: Settings, env: Mapping[str, str] | None = None, *, port_open_at: float | None = None
+) -> Path | None:
+    """Write the marker for this process (READY); its path, or None outside a systemd unit.
+    ``port_open_at``: the ``time.monotonic()`` at which the engine port first answered."""
+    load_s = process_age_s()
+    port_s = None
+    if load_s is not None and port_open_at is not None:
+        port_s = round(max(0.0, load_s - (time.monotonic() - port_open_at)), 2)
     record = {
         "fingerprint": engine_fingerprint(settings),
         "rank": settings.node.rank,
-        "load_s": process_age_s(),
+        "load_s": load_s,
+        "port_s": port_s,
     }
     return write_record(MARKER, record, env)
 
@@ -107,12 +118,13 @@ def serving(root: Path = Path("/")) -> Serving | None:
     try:
         if data is None:
             return None
-        load_s = data.get("load_s")
+        load_s, port_s = data.get("load_s"), data.get("port_s")
         return Serving(
             str(data["fingerprint"]),
             int(data["pid"]),
             int(data["rank"]),
             float(load_s) if isinstance(load_s, (int, float)) else None,
+            float(port_s) if isinstance(port_s, (int, float)) else None,
         )
     except (KeyError, TypeError, ValueError):
         return None

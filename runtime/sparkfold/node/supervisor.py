@@ -17,6 +17,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -283,6 +284,7 @@ async def _serve(settings: Settings, generator: Any, watch: PeerWatch | None, ht
                 serving.result()
                 raise RankError("the engine server stopped while starting")
             await asyncio.sleep(0.05)
+        port_open_at = time.monotonic()
         await _probe(engine.host, engine.port)
         service.ready = True
         log.info(
@@ -294,7 +296,7 @@ async def _serve(settings: Settings, generator: Any, watch: PeerWatch | None, ht
             generator.context_length,
         )
         notify("READY=1", f"STATUS=serving {engine.served_name}")
-        mark_serving(settings)
+        mark_serving(settings, port_open_at=port_open_at)
         interval = watchdog_interval_s() or 1.0
         while not serving.done():
             await asyncio.wait([serving], timeout=interval)

@@ -131,7 +131,7 @@ def run_tensorfold_rank(settings: Settings, die: Callable[[str], Any]) -> int:
     status = "serving on the engine port" if settings.node.rank == 0 else "following rank 0"
     log.info("rank %d ready: %s", settings.node.rank, status)
     notify("READY=1", f"STATUS=rank {settings.node.rank} ready, {status}")
-    mark_serving(settings)
+    mark_serving(settings, port_open_at=rank.port_open_at)
     watchdog = watchdog_interval_s()
     interval = watchdog or 1.0
     liveness = _liveness(settings, interval) if watchdog and settings.node.rank == 0 else None

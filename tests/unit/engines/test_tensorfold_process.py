@@ -84,7 +84,9 @@ def test_rank0_serves_a_conforming_api_then_stops(
 ) -> None:
     settings = settings_for(repo, tmp_path, "head")
     rank = launch(settings, env, started)
+    assert rank.port_open_at is None
     rank.wait_ready(DEADLINE_S, poll_s=0.05)
+    assert rank.port_open_at is not None  # the engine port's first answer, for the serving marker
     assert rank.serving_url == settings.engine_url
     assert (tmp_path / "cache/tensorfold/sparkfold-tensorfold_v0.6.0").is_dir()  # kernel cache made
     assert any(line.startswith("[tensorfold] serving GLM-5.3-Flash-EXL3") for line in rank.tail)
@@ -123,6 +125,7 @@ def test_rank1_is_ready_at_its_line(
     rank.start()
     rank.wait_ready(DEADLINE_S, poll_s=0.05)
     assert any("rank 1 ready in" in line for line in lines)
+    assert rank.port_open_at is None  # rank 1 has no port
     assert rank.returncode is None  # it follows rank 0 until stopped
     assert rank.stop() == 0
 
