@@ -4,7 +4,8 @@ The gateway, an engine server and the fleet router all speak ``/v1/chat/completi
 this module sends one request and times it on the client's clock: time to the first streamed
 token (content or reasoning), the decode time after it, the token count (the ``usage`` block when
 the server sends one with ``stream_options.include_usage``, else one per delta), the reply's text
-and reasoning kept apart, and the prompt's cached tokens when reported. A refusal, a broken
+and reasoning kept apart, the prompt's cached tokens when reported, and the drafted and accepted
+tokens of the engine's stats block (``tensorfold``) when it sends one. A refusal, a broken
 stream or an error event is an :class:`Reply` with ``ok=False`` and the reason, never an
 exception, so a suite counts it.
 """
@@ -47,6 +48,8 @@ class Reply:
     cached_tokens: int | None = None
     finish_reason: str | None = None
     error: str | None = None
+    drafted: int | None = None  # the engine's stats block (``tensorfold``), when it sends one
+    accepted: int | None = None
 
     @property
     def decode_tok_s(self) -> float | None:
@@ -121,6 +124,7 @@ async def stream_chat(
     text: list[str] = []
     reasoning: list[str] = []
     usage: dict[str, Any] = {}
+    stats: dict[str, Any] = {}
     finish: str | None = None
     try:
         async with client.stream("POST", "/v1/chat/completions", json=body) as response:
@@ -140,6 +144,7 @@ async def stream_chat(
                         started, str(error.get("message", error) if isinstance(error, dict) else error)
                     )
                 usage = chunk.get("usage") or usage
+                stats = chunk.get("tensorfold") or stats
                 for choice in chunk.get("choices") or []:
                     delta = choice.get("delta") or {}
                     finish = choice.get("finish_reason") or finish
@@ -169,4 +174,10 @@ async def stream_chat(
         prompt_tokens=usage.get("prompt_tokens"),
         cached_tokens=details.get("cached_tokens"),
         finish_reason=finish,
+        drafted=_count(stats.get("drafted")),
+        accepted=_count(stats.get("accepted")),
     )
+
+
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

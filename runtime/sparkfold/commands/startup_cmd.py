@@ -73,6 +73,8 @@ def _smoke(
             "tokens": reply.tokens,
             "ttft_s": None if reply.ttft_s is None else round(reply.ttft_s, 3),
             "finish_reason": reply.finish_reason,
+            "drafted": reply.drafted,
+            "accepted": reply.accepted,
         }
 
     return lambda on_first_token: asyncio.run(send(on_first_token))

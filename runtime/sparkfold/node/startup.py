@@ -34,6 +34,7 @@ __all__ = [
     "FIRST_TOKEN_RECORD",
     "Startup",
     "UnitStart",
+    "configured_drafter",
     "gateway_url",
     "startup",
     "unit_start",
@@ -69,6 +70,7 @@ class Startup:
     first_token_s: float | None
     smoke: dict[str, Any] | None
     problem: str | None = None
+    drafter: str | None = None  # the configured draft model's directory (rank 0), if any
 
     def line(self) -> str:
         """One line for people: the seconds from the unit's start to each mark."""
@@ -85,6 +87,8 @@ class Startup:
                 *marks,
                 f"first streamed token {mark(self.first_token_s)}",
             ]
+        if self.drafter is not None and self.smoke is not None:
+            marks.append(f"drafter {self.drafter}: {_acceptance(self.smoke)}")
         return f"{self.unit} (rank {self.rank}, pid {self.pid}) from its start: " + ", ".join(marks)
 
     def as_dict(self) -> dict[str, Any]:
@@ -147,7 +151,24 @@ def startup(
         first_token_s=first_token_s,
         smoke=report,
         problem=problem,
+        drafter=configured_drafter(settings) if rank == 0 else None,
     )
+
+
+def _acceptance(smoke: dict[str, Any]) -> str:
+    """The smoke request's drafts, from the engine's stats block."""
+    drafted, accepted = smoke.get("drafted"), smoke.get("accepted")
+    if not isinstance(drafted, int) or not isinstance(accepted, int):
+        return "drafts not reported by the engine"
+    rate = f" ({accepted / drafted:.0%})" if drafted else ""
+    return f"{accepted} of {drafted} drafted tokens accepted{rate}"
+
+
+def configured_drafter(settings: Settings) -> str | None:
+    """The draft model directory the engine is set to load (exllamav3, tensorfold), or None."""
+    kind = getattr(settings.engine, settings.engine.kind, None)
+    drafter = getattr(kind, "drafter", "none")
+    return None if drafter in ("none", "", None) else str(drafter)
 
 
 def _first_token_of(pid: int, fresh: float | None, folder: Path) -> float | None:

@@ -121,3 +121,18 @@ def test_the_marker_records_when_the_port_first_answered(tmp_path: Path) -> None
     assert 0 <= record["port_s"] <= record["load_s"]  # the port answered before READY, after the start
     without = node_serving.mark_serving(gateway_on("127.0.0.1"), env)
     assert without is not None and json.loads(without.read_text())["port_s"] is None
+
+
+def test_with_a_drafter_the_line_gives_the_smoke_s_acceptance(tmp_path: Path) -> None:
+    drafting = settings(engine={"kind": "exllamav3", "exllamav3": {"drafter": "/models/dflash2"}})
+
+    def send(on_first_token: Callable[[], object]) -> dict[str, Any]:
+        on_first_token()
+        return {"ok": True, "text": "OK", "drafted": 12, "accepted": 9}
+
+    found = startup(drafting, send, run=systemctl(1_000_000, 2_000_000), root=tmp_path, clock=lambda: 3.0)
+    assert found.line().endswith("drafter /models/dflash2: 9 of 12 drafted tokens accepted (75%)")
+    silent = startup(drafting, smoke_at([0]), run=systemctl(1_000_000, 2_000_000), root=tmp_path)
+    assert silent.line().endswith("drafter /models/dflash2: drafts not reported by the engine")
+    plain = startup(gateway_on("0.0.0.0"), send, run=systemctl(1_000_000, 2_000_000), root=tmp_path)
+    assert "drafter" not in plain.line()  # none configured: no acceptance line
