@@ -109,10 +109,11 @@ def unit_start(run: Runner = run_command, unit: str = ENGINE_UNIT) -> UnitStart 
 
 
 def gateway_url(settings: Settings) -> str:
-    """The gateway on this node as the node reaches it (a wildcard bind answers on loopback)."""
+    """The gateway's root on this node as the node reaches it (a wildcard bind answers on loopback);
+    the clients of ``sparkfold.bench.client`` add ``/v1/...`` themselves."""
     host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "[::1]"}.get(settings.api.host, settings.api.host)
     host = f"[{host}]" if ":" in host and not host.startswith("[") else host
-    return f"http://{host}:{settings.api.port}/v1"
+    return f"http://{host}:{settings.api.port}"
 
 
 Smoke = Callable[[Callable[[], object]], dict[str, Any]]

@@ -105,8 +105,8 @@ def test_without_the_unit_it_says_so(tmp_path: Path) -> None:
 
 
 def test_the_gateway_is_reached_on_loopback_from_a_wildcard_bind() -> None:
-    assert gateway_url(gateway_on("0.0.0.0")) == "http://127.0.0.1:8890/v1"
-    assert gateway_url(gateway_on("::")) == "http://[::1]:8890/v1"
+    assert gateway_url(gateway_on("0.0.0.0")) == "http://127.0.0.1:8890"
+    assert gateway_url(gateway_on("::")) == "http://[::1]:8890"
 
 
 def test_the_marker_records_when_the_port_first_answered(tmp_path: Path) -> None:
@@ -136,3 +136,18 @@ def test_with_a_drafter_the_line_gives_the_smoke_s_acceptance(tmp_path: Path) ->
     assert silent.line().endswith("drafter /models/dflash2: drafts not reported by the engine")
     plain = startup(gateway_on("0.0.0.0"), send, run=systemctl(1_000_000, 2_000_000), root=tmp_path)
     assert "drafter" not in plain.line()  # none configured: no acceptance line
+
+
+def test_the_smoke_request_reaches_the_chat_route_of_this_node_s_gateway() -> None:
+    """`sparkfold startup --smoke` streams one chat through the gateway on loopback; its URL must
+    be the gateway's root (the client adds /v1/...): with /v1 in it the request was a 404."""
+    from tests.fakes.scripted_engine import ScriptedEngine, ServerThread
+
+    from sparkfold.commands.startup_cmd import _smoke
+
+    with ServerThread(ScriptedEngine()) as gateway:
+        here = settings(node={"rank": 0}, api={"host": "0.0.0.0", "port": gateway.port})
+        firsts: list[bool] = []
+        report = _smoke(here, None, "Say hi.", 8, 30)(lambda: firsts.append(True))
+    assert report["ok"], report["error"]
+    assert firsts == [True] and report["text"]
