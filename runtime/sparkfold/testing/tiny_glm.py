@@ -199,7 +199,7 @@ def tiny_config(size: str = "tiny") -> dict[str, Any]:
         "hc_mult": 4,
         "hc_eps": 1e-6,
         "hc_sinkhorn_iters": 20,
-        "num_nextn_predict_layers": 1 if size == "tiny" else 0,
+        "num_nextn_predict_layers": 1,
         "max_position_embeddings": 1_048_576,
         "rms_norm_eps": 1e-5,
         "tie_word_embeddings": False,
@@ -305,21 +305,39 @@ def _published(state: dict[str, Any], text_config: Any) -> dict[str, Any]:
     return out
 
 
-def _mtp_block(published: dict[str, Any], layers: int, generator: Any) -> dict[str, Any]:
-    """One MTP block at index ``layers``: DS3-style inputs plus a sparse-attention layer, no mHC."""
+def _mtp_block(published: dict[str, Any], text: dict[str, Any], generator: Any) -> dict[str, Any]:
+    """One MTP block at index ``num_hidden_layers``: DS3-style inputs plus a sparse-attention layer
+    with a routed MLP (exllamav3's ``Glm5NextMTPModel`` reads experts there even when every trunk
+    layer is dense, as in the bench sizes), no mHC."""
     import torch
 
+    layers = text["num_hidden_layers"]
     donor = f"model.language_model.layers.{layers - 1}."
     target = f"model.language_model.layers.{layers}."
+    hidden = published["model.language_model.norm.weight"].shape[0]
+    dtype = published["model.language_model.norm.weight"].dtype
+
+    def random(*shape: int) -> Any:
+        return torch.randn(shape, generator=generator, dtype=torch.float32).mul(0.02).to(dtype)
+
     block: dict[str, Any] = {}
     for name, tensor in published.items():
         if name.startswith(donor) and ".hc_" not in name:
-            fresh = tensor.clone()
-            if tensor.dim() >= 2:
-                fresh = torch.randn(tensor.shape, generator=generator, dtype=torch.float32).mul(0.02)
-            block[target + name[len(donor) :]] = fresh.to(tensor.dtype)
-    hidden = published["model.language_model.norm.weight"].shape[0]
-    dtype = published["model.language_model.norm.weight"].dtype
+            block[target + name[len(donor) :]] = (
+                random(*tensor.shape) if tensor.dim() >= 2 else tensor.clone()
+            )
+    if target + "mlp.gate.weight" not in block:  # a dense donor: the routed MLP the head expects
+        for part in ("gate_proj", "up_proj", "down_proj"):
+            del block[f"{target}mlp.{part}.weight"]
+        experts, width = text["n_routed_experts"], text["moe_intermediate_size"]
+        block[target + "mlp.gate.weight"] = random(experts, hidden)
+        block[target + "mlp.gate.e_score_correction_bias"] = torch.zeros(experts, dtype=torch.float32)
+        for prefix, inner in [(f"mlp.experts.{i}.", width) for i in range(experts)] + [
+            ("mlp.shared_experts.", width * text["n_shared_experts"])
+        ]:
+            block[f"{target}{prefix}gate_proj.weight"] = random(inner, hidden)
+            block[f"{target}{prefix}up_proj.weight"] = random(inner, hidden)
+            block[f"{target}{prefix}down_proj.weight"] = random(hidden, inner)
     block[target + "enorm.weight"] = torch.ones(hidden, dtype=dtype)
     block[target + "hnorm.weight"] = torch.ones(hidden, dtype=dtype)
     block[target + "shared_head.norm.weight"] = torch.ones(hidden, dtype=dtype)
@@ -397,7 +415,7 @@ def write_tiny_glm(
     published = _published(state, model.config.text_config)
     layers = config["text_config"]["num_hidden_layers"]
     if config["text_config"]["num_nextn_predict_layers"]:
-        mtp = _mtp_block(published, layers, torch.Generator().manual_seed(seed))
+        mtp = _mtp_block(published, config["text_config"], torch.Generator().manual_seed(seed))
         if decisive:
             _decisive_mtp(mtp, layers)
         published |= mtp

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from safetensors import safe_open
 
 from sparkfold.glm.tokens import SPECIAL_TOKENS
-from sparkfold.testing.tiny_glm import SPECIAL_BASE, VOCAB_SIZE, command
+from sparkfold.testing.tiny_glm import SIZES, SPECIAL_BASE, VOCAB_SIZE, command, write_tiny_glm
 
 pytestmark = pytest.mark.slow
 
@@ -114,6 +114,32 @@ def test_tensors_are_in_the_published_layout(tensors: dict[str, tuple[int, ...]]
     ]
     assert all(d % 128 == 0 for shape in projections for d in shape if d > 8)  # head counts aside
     assert tensors["lm_head.weight"] == (VOCAB_SIZE, 256)
+
+
+def test_a_dense_trunk_still_gets_the_routed_mtp_block_exllamav3_converts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bench sizes are dense throughout; exllamav3's converter builds the MTP head whenever the
+    architecture has one (convert_model.get_base_model) and its block is routed (glm5_next_mtp)."""
+    monkeypatch.setitem(SIZES, "dense", SIZES["tiny"] | {"dense_layers": 4})
+    path = write_tiny_glm(tmp_path / "dense", size="dense")
+    with safe_open(str(path / "model.safetensors"), "pt") as f:
+        names = set(f.keys())
+    assert "model.language_model.layers.3.mlp.gate_proj.weight" in names  # the trunk: dense
+    mtp = "model.language_model.layers.4."
+    routed = {
+        "hnorm.weight",
+        "mlp.gate.weight",
+        "mlp.gate.e_score_correction_bias",
+        "mlp.experts.7.down_proj.weight",
+        "mlp.shared_experts.up_proj.weight",
+    }
+    assert {mtp + name for name in routed} <= names
+    assert not [
+        k
+        for k in names
+        if k.startswith(mtp + "mlp.") and k.endswith(("mlp.gate_proj.weight", "mlp.up_proj.weight"))
+    ]
 
 
 def test_tokenizer_holds_the_glm_tokens_in_published_order(written: Path) -> None:
