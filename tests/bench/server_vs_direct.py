@@ -162,10 +162,11 @@ def _ratios(runs: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
 
 def verdict(ratio: float, low: float, high: float, equal_work: bool = True) -> str:
     """The ratio with its range, or ``–`` and why not: the two sides did different work, or the
-    runs spread wider than the effect (half the range > the ratio's distance from 1)."""
+    runs spread wider than the effect (half the range > the ratio's distance from 1, or the range
+    holds 1: the runs do not agree on which side is faster)."""
     if not equal_work:
         return "– (unequal work)"
-    if (high - low) / 2 > abs(ratio - 1):
+    if (high - low) / 2 > abs(ratio - 1) or low <= 1 <= high:
         return f"– ({low:.2f}–{high:.2f}: spread > effect)"
     return f"{ratio:.2f} ({low:.2f}–{high:.2f})"
 

@@ -18,6 +18,7 @@ def rounds(server: list[float], direct: list[float], tokens: tuple[int, int] = (
 def test_a_ratio_is_shown_only_where_the_effect_exceeds_the_spread() -> None:
     assert verdict(0.80, 0.78, 0.83) == "0.80 (0.78–0.83)"
     assert verdict(0.97, 0.90, 1.10).startswith("– (0.90–1.10: spread > effect)")
+    assert verdict(0.86, 0.85, 1.02).startswith("– (0.85–1.02: spread > effect)")  # 1 in the range
 
 
 def test_rounds_of_unequal_work_give_no_ratio() -> None:
