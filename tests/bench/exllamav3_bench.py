@@ -21,14 +21,14 @@ distance from 1 is printed as ``–``; ``python tests/bench/server_vs_direct.py 
 B.json`` sets two runs side by side.
 
     python tests/bench/exllamav3_bench.py MODEL_DIR [--json FILE] [--tokens 128] [--rounds 4]
-        [--levels 1,4,8,16] [--servers plain,omp,core,core-omp]
+        [--levels 1,4,8,16] [--servers core,core-omp,plain,omp]
 
 ``--servers`` measures each named engine server against the same direct loop, one after another
 (each with its own JSON, ``FILE`` with ``-NAME`` before the suffix when there are several):
-``plain`` is the server with the engine in the same process (``core_process = false``,
-``OMP_NUM_THREADS=1``), ``omp`` the same without that variable, ``core`` the server with
-``[engine] core_process = true`` (the engine in a process of its own), ``core-omp`` that without
-``OMP_NUM_THREADS=1``.
+``core`` (the default: what a user's one-GPU engine runs) is the server with ``[engine]
+core_process = true`` (the engine in a process of its own), ``core-omp`` that without
+``OMP_NUM_THREADS=1``, ``plain`` the server with the engine in the same process
+(``core_process = false``, ``OMP_NUM_THREADS=1``), ``omp`` that without the variable.
 
 Each level's row is printed (and the JSON file rewritten) as soon as it is measured, so a run cut
 short by a time limit still leaves the levels it finished.
@@ -114,7 +114,7 @@ def serve(
     *,
     max_tokens: int,
     context: int = 16_384,
-    server: str = "plain",
+    server: str = "core",
 ) -> Iterator[tuple[str, EngineProcess]]:
     """``sparkfold engine`` (kind exllamav3, 16 lanes, a ``POOL_TOKENS`` pool) on the model in a
     child process, set up as ``SERVERS[server]``; yields its URL and process once healthy, stops it after."""
@@ -149,7 +149,7 @@ def measure(
     at: Sequence[int],
     log_dir: Path,
     json_path: Path | None,
-    servers: Sequence[str] = ("plain",),
+    servers: Sequence[str] = ("core",),
 ) -> None:
     direct = Direct(model_dir)
     try:
@@ -171,7 +171,7 @@ def main() -> None:
     parser.add_argument("model", type=Path)
     add_arguments(parser)
     parser.add_argument(
-        "--servers", default="plain", help=f"comma-separated engine servers to measure: {', '.join(SERVERS)}"
+        "--servers", default="core", help=f"comma-separated engine servers to measure: {', '.join(SERVERS)}"
     )
     args = parser.parse_args()
     at = parse_levels(parser, args.levels)

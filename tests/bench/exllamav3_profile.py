@@ -85,7 +85,8 @@ def server_profile(
     model_dir: Path, out: Path, levels: list[int], tokens: int, modes: list[str]
 ) -> list[dict[str, Any]]:
     rows = []
-    with serve(model_dir, out, "profile", max_tokens=tokens) as (url, proc):
+    # The engine in the server's process (``plain``): py-spy sees the engine thread and HTTP at once.
+    with serve(model_dir, out, "profile", max_tokens=tokens, server="plain") as (url, proc):
         for level in levels:
             asyncio.run(server_round(url, prompts(level, f"warm-{level}"), 16))
             timed = asyncio.run(server_round(url, prompts(level, f"t-{level}"), tokens))
