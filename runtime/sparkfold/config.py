@@ -576,7 +576,9 @@ class ApiSettings(_Section):
         "a 1,048,576-token window of JSON-escaped non-ASCII text is ~9 MiB",
     )
     max_json_values: int = Field(
-        524_288, ge=1024, description="objects, arrays and list items of a body (upper bound), before parsing"
+        524_288,
+        ge=1024,
+        description="objects, arrays and list items of a body outside its strings, before parsing",
     )
     # connection limits (the HTTP server's, before any request is read)
     max_connections: int = Field(

@@ -8,7 +8,7 @@ import json
 from tests.fakes.harness import Running
 from tests.fakes.scripted_engine import ScriptedEngine
 
-from sparkfold.api.body_shape import BodyShape, data_url_bytes
+from sparkfold.api.body_shape import PRECISE_STRINGS, BodyShape, data_url_bytes, values_outside_strings
 from sparkfold.config import ApiSettings
 
 MIB = 1 << 20
@@ -59,3 +59,25 @@ def test_a_full_window_of_escaped_non_ascii_text_fits_the_default_shape() -> Non
     body = json.dumps({"model": "glm", "messages": [{"role": "user", "content": "汉" * 1_500_000}]}).encode()
     assert len(body) > 8 * MIB
     assert shape.check(body) is None
+
+
+def test_a_full_window_of_csv_fits_the_default_shape() -> None:
+    """A 1,048,576-token window of numbers: 250,000 CSV rows hold 2.25 million commas, all inside
+    the prompt's string; the upper bound alone refused it (api.max_json_values, 524,288)."""
+    api = ApiSettings()
+    shape = BodyShape(max_text_bytes=int(api.max_text_body_mib * MIB), max_values=api.max_json_values)
+    rows = "\n".join(",".join(str((row * 7 + col) % 1000) for col in range(10)) for row in range(250_000))
+    body = json.dumps({"model": "glm", "messages": [{"role": "user", "content": "Sum column 3:\n" + rows}]})
+    assert body.count(",") > api.max_json_values
+    assert shape.check(body.encode()) is None
+
+
+def test_values_outside_strings_honour_escapes_and_keep_the_bound_past_the_walk() -> None:
+    body = json.dumps({"a": 'say "x, y", [z]\\', "b": [1, 2, {"c": "{,}"}]}).encode()
+    assert values_outside_strings(body) == 6  # { , [ , , {
+    shape = BodyShape(max_text_bytes=MIB, max_values=1024)
+    hidden = b'["' + b"," * 4096 + b'"' + b', "x"' * 1000 + b"]"
+    assert shape.check(hidden) is None  # 1,000 values outside its strings
+    many = b"[" + b",".join([b'","'] * (PRECISE_STRINGS + 1)) + b"]"
+    assert values_outside_strings(many) is None
+    assert "api.max_json_values" in (BodyShape(max_text_bytes=MIB, max_values=65_536).check(many) or "")
