@@ -9,8 +9,10 @@ only met later (a token the vocabulary cannot spell) ends the reply with an erro
 The check reads the grammar's own structure (``Grammar.serialize_json``: rules, and expressions
 stored as ``[type, length, data…]`` in one flat array, xgrammar's ``Grammar::Impl`` in
 ``cpp/grammar_impl.h``) and computes the productive rules, those that derive a finite string, to
-a fixed point. It errs on the safe side: an expression type it does not know, or a structure it
-cannot read, counts as productive (never a wrong 400; the runtime dead end still holds).
+a fixed point. It errs on the safe side: an expression type it does not know, a structure it
+cannot read, or a serialization version other than the one these codes were read from
+(``__VERSION__``, ``"v18"`` in xgrammar 0.2.9) counts as productive (never a wrong 400; the runtime
+dead end still holds).
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from typing import Any
 
 __all__ = ["derives_a_string"]
 
-# GrammarExprType in xgrammar's cpp/grammar_impl.h (the order of the enum)
+# GrammarExprType in xgrammar's cpp/grammar_impl.h (the order of the enum), in this serialization
+_LAYOUT = "v18"
 _BYTES, _CLASS, _CLASS_STAR, _EMPTY, _RULE, _SEQUENCE, _CHOICES, _TAG_DISPATCH, _REPEAT = range(9)
 
 
@@ -28,6 +31,8 @@ def derives_a_string(grammar: Any) -> bool:
     """``False`` only when ``grammar`` (an ``xgrammar.Grammar``) surely matches no finite string."""
     try:
         data = json.loads(grammar.serialize_json())
+        if data.get("__VERSION__") != _LAYOUT:
+            return True
         rules = [rule[1] for rule in data["rules"]]  # [name, body expression, …]
         flat, starts = data["grammar_expr_data"], data["grammar_expr_indptr"]
         root = int(data["root_rule_id"])

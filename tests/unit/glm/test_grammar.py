@@ -278,6 +278,24 @@ def test_forcing_a_tool_that_was_not_offered_names_tool_choice() -> None:
 RECURSIVE_REQUIRED = {"type": "object", "properties": {"next": {"$ref": "#"}}, "required": ["next"]}
 
 
+def test_a_serialization_of_another_xgrammar_layout_is_never_judged_unproductive() -> None:
+    """The expression codes are read from xgrammar's v18 serialization; another version may
+    number them otherwise, so the check then errs towards productive (no wrong 400)."""
+    import xgrammar
+
+    from sparkfold.glm.finite import derives_a_string
+
+    grammar = xgrammar.Grammar.from_ebnf('root ::= root "a"')
+    assert derives_a_string(grammar) is False
+    data = json.loads(grammar.serialize_json())
+
+    class Other:
+        def serialize_json(self) -> str:
+            return json.dumps({**data, "__VERSION__": "v99"})
+
+    assert derives_a_string(Other()) is True
+
+
 @pytest.mark.parametrize(
     "constraint",
     [
