@@ -257,7 +257,9 @@ def fuzz(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def flood(args: argparse.Namespace) -> dict[str, Any]:
-    with running(args) as (gateway, _), Probe(gateway.url) as probe:
+    # 127.0.0.1 floods, 127.0.0.2 is the legitimate client (api.max_connections_per_client caps the
+    # flood's own address: a probe sharing it would measure the cap, not the gateway's service)
+    with running(args) as (gateway, _), Probe(gateway.url, source="127.0.0.2") as probe:
         time.sleep(args.phase_s)  # baseline samples
         before = gateway.resources()
         t0 = time.monotonic()
