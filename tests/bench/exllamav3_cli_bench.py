@@ -25,19 +25,28 @@ from tests.gpu.gpu_engine import child_env
 DEFAULT_BENCH = ["--suite", "decode,reuse", "--label", "exllamav3 server"]
 
 
+def split_at_dashes(argv: list[str]) -> tuple[list[str], list[str]]:
+    """This script's arguments and, after the first ``--``, those for ``sparkfold bench`` (argparse
+    takes no options after a ``--`` once the positionals are filled)."""
+    if "--" not in argv:
+        return argv, []
+    at = argv.index("--")
+    return argv[:at], argv[at + 1 :]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", type=Path)
     parser.add_argument("out", type=Path)
     parser.add_argument("--context", type=int, default=81_920, help="the engine's window (reuse sends 64k)")
     parser.add_argument("--max-tokens", type=int, default=512, help="the engine's reply cap")
-    parser.add_argument("bench", nargs="*", help="after --: sparkfold bench options")
-    args = parser.parse_args()
+    own, bench = split_at_dashes(sys.argv[1:])
+    args = parser.parse_args(own)
     args.out.mkdir(parents=True, exist_ok=True)
     engine = serve(args.model, args.out, "cli-bench", max_tokens=args.max_tokens, context=args.context)
     with engine as (url, _):
         command = [sys.executable, "-c", "from sparkfold.cli import main; main()", "bench", url]
-        command += [*(args.bench or DEFAULT_BENCH), "--no-progress", "--plot", str(args.out)]
+        command += [*(bench or DEFAULT_BENCH), "--no-progress", "--plot", str(args.out)]
         done = subprocess.run(command, env={**os.environ, **child_env()}, check=False)
     raise SystemExit(done.returncode)
 

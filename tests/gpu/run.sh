@@ -18,7 +18,9 @@
 # server on it (tests/bench/exllamav3_cli_bench.py; CLI_BENCH_ARGS). bench-q, bench-q2 and profile-q
 # do the same on its EXL3 conversion (4 bits, bounded by CONVERT_TIMEOUT; LARGE_SIZE=mid picks a
 # ~0.55B fixture that converts faster). long sends ~1M-token requests through the gateway
-# (tests/bench/long_window.py; LONG_TIMEOUT, LONG_ARGS). STEPS=none only installs and
+# (tests/bench/long_window.py; LONG_TIMEOUT, LONG_ARGS); cli-bench-window runs `sparkfold bench
+# --suite prefill,reuse` against the engine server on the tiny fixture with the 1,048,576-token
+# window (prefill lengths doubling to the window, the 64k re-send). STEPS=none only installs and
 # imports (on a fresh machine: builds) the extension.
 set -uo pipefail
 OUT=${1:?usage: tests/gpu/run.sh OUT_DIR}
@@ -65,7 +67,7 @@ fi
 
 MODEL=${MODEL_DIR:-$WORK/tiny-glm-exl3}  # MODEL_DIR: a carried conversion (skips ~110 s)
 needs_tiny=0
-for step in $STEPS; do case $step in tests|bench|long) needs_tiny=1 ;; esac; done
+for step in $STEPS; do case $step in tests|bench|long|cli-bench-window) needs_tiny=1 ;; esac; done
 if [ "$needs_tiny" = 1 ] && [ ! -f "$MODEL/config.json" ]; then
   log "writing and converting the decisive tiny GLM-5.3-Flash"
   python3 -m sparkfold.testing.tiny_glm "$WORK/tiny-glm" --decisive >>"$OUT/convert.log" 2>&1 &&
@@ -89,6 +91,11 @@ for step in $STEPS; do
       log "the long window through the gateway (tests/bench/long_window.py)"
       timeout "${LONG_TIMEOUT:-420}" python3 tests/bench/long_window.py "$MODEL" "$OUT/long.json" \
         --budget-s $(( ${LONG_TIMEOUT:-420} - 30 )) ${LONG_ARGS:-} 2>&1 | tee "$OUT/long.log" | tail -30 || rc=1 ;;
+    cli-bench-window)
+      log "sparkfold bench --suite prefill,reuse to the 1,048,576-token window (tiny fixture)"
+      timeout "${CLI_BENCH_TIMEOUT:-300}" python3 tests/bench/exllamav3_cli_bench.py "$MODEL" "$OUT/cli-bench-window" \
+        --context 1048576 -- --suite prefill,reuse --label "exllamav3 server, 1M window" \
+        2>&1 | tee "$OUT/cli-bench-window.log" | tail -30 || rc=1 ;;
     bench-large|bench-large2|profile|ab|cli-bench|bench-q|bench-q2|profile-q)
       LARGE=$WORK/bench-glm${LARGE_SIZE:+-$LARGE_SIZE}
       if [ ! -f "$LARGE/config.json" ]; then
@@ -130,7 +137,7 @@ for step in $STEPS; do
       timeout "${BENCH_LARGE_TIMEOUT:-240}" python3 tests/bench/exllamav3_bench.py "$LARGE" \
         --json "$OUT/$step.json" ${BENCH_ARGS:-} 2>&1 | tee -a "$OUT/$step.log" | tail -20 || rc=1 ;;
     none) ;;
-    *) log "unknown step $step (tests bench long bench-large bench-large2 bench-q bench-q2 profile profile-q ab cli-bench none)"; rc=1 ;;
+    *) log "unknown step $step (tests bench long bench-large bench-large2 bench-q bench-q2 profile profile-q ab cli-bench cli-bench-window none)"; rc=1 ;;
   esac
 done
 log "done rc=$rc"
