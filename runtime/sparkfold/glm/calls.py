@@ -31,8 +31,9 @@ from typing import Any
 
 from sparkfold.glm.arguments import coerce_value, streams_raw
 from sparkfold.glm.tokens import partial_tag
+from sparkfold.protocol import ToolCallDelta
 
-__all__ = ["ARG_TAGS", "CallWriter", "ParsedToolCall", "ToolCallPiece"]
+__all__ = ["ARG_TAGS", "CallGate", "CallWriter", "ParsedToolCall", "ToolCallPiece"]
 
 ARG_TAGS = ("<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>")
 _ARG_TAG = re.compile("(" + "|".join(map(re.escape, ARG_TAGS)) + ")")
@@ -65,6 +66,44 @@ class ToolCallPiece:
     id: str | None = None
     name: str | None = None
 
+    def delta(self) -> ToolCallDelta:
+        """The wire piece: the first carries the call's id, type and name (OpenAI's shape)."""
+        if self.name is None:
+            return ToolCallDelta(index=self.index, function={"arguments": self.arguments})
+        return ToolCallDelta(
+            index=self.index,
+            id=self.id,
+            type="function",
+            function={"name": self.name, "arguments": self.arguments},
+        )
+
+
+class CallGate:
+    """When the pieces of call ``index`` may go out, for any call form (GLM's tags, the template
+    models' JSON): the first, once the call is named, announces it; a call that so far repeats an
+    ``earlier`` call of the reply (same name, its arguments a prefix of that call's) is held until
+    it differs, so one that ends identical was never sent and can be dropped."""
+
+    def __init__(self, index: int, earlier: Sequence[ParsedToolCall]) -> None:
+        self.index = index
+        self._earlier = earlier
+        self._sent = -1  # characters of the arguments sent; -1: not announced yet
+
+    def release(self, call_id: str, name: str, arguments: str, *, force: bool = False) -> list[ToolCallPiece]:
+        """The pieces of ``arguments`` (the call's JSON text so far) not sent yet; ``force``: the
+        call ended and is no repeat, so a held call goes out."""
+        if self._sent < 0:
+            if not force and any(c.name == name and c.arguments.startswith(arguments) for c in self._earlier):
+                return []  # so far a repeat of an earlier call: held
+            self._sent = len(arguments)
+            return [ToolCallPiece(self.index, arguments, id=call_id, name=name)]
+        piece, self._sent = arguments[self._sent :], len(arguments)
+        return [ToolCallPiece(self.index, piece)] if piece else []
+
+    def repeats(self, name: str, arguments: str) -> bool:
+        """Whether the call, ended as ``arguments``, is an earlier call again (nothing of it was sent)."""
+        return self._sent < 0 and any(c.name == name and c.arguments == arguments for c in self._earlier)
+
 
 def _text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
@@ -83,7 +122,8 @@ class CallWriter:
         earlier: Sequence[ParsedToolCall],
     ) -> None:
         self.index = index
-        self._schemas, self._resolve, self._new_id, self._earlier = schemas, resolve, new_id, earlier
+        self._schemas, self._resolve, self._new_id = schemas, resolve, new_id
+        self._gate = CallGate(index, earlier)
         self.body = ""
         """Everything fed so far (the raw call, for the log when it is rejected)."""
         self._read = 0  # body[:_read] is processed
@@ -92,7 +132,6 @@ class CallWriter:
         self.repeated = False
         self._id = ""
         self._arguments = ""  # JSON text written so far
-        self._sent = -1  # characters of _arguments sent; -1: not announced to the client yet
         self._keys = 0
         self._key: str | None = None
         self._buffer = ""
@@ -117,7 +156,7 @@ class CallWriter:
             self._write("}" if self._keys else "{}")
         if self.rejected or self.name is None:
             return None, []
-        if not cut and self._sent < 0 and any(self._same(c, exact=True) for c in self._earlier):
+        if not cut and self._gate.repeats(self.name, self._arguments):
             self.repeated = True
             return None, []
         pieces = self._release(force=True)
@@ -125,21 +164,10 @@ class CallWriter:
 
     # --- internals ----------------------------------------------------------------------------
 
-    def _same(self, call: ParsedToolCall, *, exact: bool) -> bool:
-        if call.name != self.name:
-            return False
-        return call.arguments == self._arguments if exact else call.arguments.startswith(self._arguments)
-
     def _release(self, force: bool = False) -> list[ToolCallPiece]:
         if self.name is None or self.rejected:
             return []
-        if self._sent < 0:
-            if not force and any(self._same(c, exact=False) for c in self._earlier):
-                return []  # so far a repeat of an earlier call: held
-            self._sent = len(self._arguments)
-            return [ToolCallPiece(self.index, self._arguments, id=self._id, name=self.name)]
-        piece, self._sent = self._arguments[self._sent :], len(self._arguments)
-        return [ToolCallPiece(self.index, piece)] if piece else []
+        return self._gate.release(self._id, self.name, self._arguments, force=force)
 
     def _announce(self, raw_name: str) -> None:
         name = self._resolve(raw_name)

@@ -43,7 +43,7 @@ from sparkfold.glm.tokens import (
     TOOL_CALL_END,
     partial_tag,
 )
-from sparkfold.protocol import Delta, ToolCallDelta
+from sparkfold.protocol import Delta
 
 __all__ = ["OutputParser", "ParsedDelta", "ParsedMessage", "ParsedToolCall", "ToolCallPiece", "parse_output"]
 
@@ -73,14 +73,7 @@ class ParsedDelta:
 
     def to_delta(self) -> Delta:
         """The wire delta: a call's first piece carries its id, type and name (OpenAI's shape)."""
-        calls = [
-            ToolCallDelta(index=c.index, function={"arguments": c.arguments})
-            if c.name is None
-            else ToolCallDelta(
-                index=c.index, id=c.id, type="function", function={"name": c.name, "arguments": c.arguments}
-            )
-            for c in self.tool_calls
-        ]
+        calls = [c.delta() for c in self.tool_calls]
         return Delta(
             reasoning_content=self.reasoning or None, content=self.content or None, tool_calls=calls or None
         )
