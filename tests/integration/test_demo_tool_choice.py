@@ -1,6 +1,7 @@
 """Forced tool calls on the demo model (SmolLM2-135M through its chat template, the CPU engine),
 through the gateway with the openai SDK: the reply is the calls, in the template's
-``<tool_call>{"name": ..., "arguments": ...}</tool_call>`` form, nothing else.
+``<tool_call>{"name": ..., "arguments": ...}</tool_call>`` form, nothing else; streamed, each call
+is named before its arguments are written.
 
 The question asks for no tool ("Say hello"), so only the grammar can make the reply a call; a
 135M model left to itself writes on after a call until ``max_tokens``.
@@ -99,6 +100,11 @@ def test_a_forced_call_is_the_whole_streamed_reply(oai: openai.OpenAI) -> None:
         temperature=0,
         **forced,  # type: ignore[arg-type]
     ) as stream:
+        chunks = [event.chunk for event in stream if event.type == "chunk"]
         final = stream.get_final_completion()
     choice = final.choices[0]
     _calls_alone(choice.message.tool_calls or [], choice.message.content, choice.finish_reason, forced)
+    pieces = [t for c in chunks if c.choices for t in c.choices[0].delta.tool_calls or []]
+    for index in range(len(choice.message.tool_calls or [])):  # each call streamed: named, then its arguments
+        first, *rest = [p for p in pieces if p.index == index]
+        assert first.function is not None and first.function.name and rest, pieces

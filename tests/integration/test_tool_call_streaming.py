@@ -3,17 +3,21 @@
 anthropic SDK, langchain-openai).
 
 The path is the real one, model weights aside: the gateway (``sparkfold api``'s app) → the engine
-server → ``sparkfold.glm`` rendering and parsing with the tiny GLM tokenizer → a scripted GLM reply
-(:class:`tests.fakes.scripted_glm.ScriptedGlm`), so the number of tokens a call takes is known and
-"streamed" is checked by count: a call whose ``content`` argument takes N tokens reaches the
-client in about N argument pieces, the first of which (with the call's name) went out when the
-call's first argument tag was generated, long before ``</tool_call>``.
+server → the model's rendering and parsing with its tokenizer → a scripted reply, for each call
+form the engines parse: GLM's (``sparkfold.glm``, the tiny GLM tokenizer,
+:class:`tests.fakes.scripted_glm.ScriptedGlm`) and the demo model's ``<tool_call>`` JSON
+(``sparkfold.engines.template_tools``, SmolLM2's tokenizer and chat template,
+:class:`tests.fakes.scripted_template.ScriptedTemplate`). The number of tokens a call takes is
+known, so "streamed" is checked by count: a call whose ``content`` argument takes N tokens reaches
+the client in about N argument pieces, the first of which (with the call's name) went out when the
+call was named, long before ``</tool_call>``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import anthropic
@@ -22,6 +26,7 @@ import pytest
 from tests.fakes.harness import settings_for
 from tests.fakes.scripted_engine import ServerThread
 from tests.fakes.scripted_glm import ScriptedGlm
+from tests.fakes.scripted_template import ScriptedTemplate
 from tests.fakes.sdk_events import input_json_pieces
 
 from sparkfold.api import create_app as create_gateway
@@ -39,25 +44,61 @@ WRITE = {
     },
 }
 TOOLS = [{"type": "function", "function": WRITE}]
-CALL = (
-    "I will write it.</think><tool_call>write_file<arg_key>path</arg_key><arg_value>notes.txt</arg_value>"
-    f"<arg_key>content</arg_key><arg_value>{TEXT}</arg_value></tool_call><|observation|>"
-)
 ASK = [{"role": "user", "content": "Write notes.txt"}]
-CUT_AT = "<arg_value>The quick brown fox"  # where a max_tokens cut falls
+WORDS = "I will write it."
+CUT_AFTER = "The quick brown fox"  # where a max_tokens cut falls
 ARGUMENTS = {"path": "notes.txt", "content": TEXT}
+BUDGET = 512  # the engine's reply budget: room for the forced calls' cap of JSON calls (40 tokens each)
+
+
+def glm_call(path: str, content: str) -> str:
+    return (
+        f"<tool_call>write_file<arg_key>path</arg_key><arg_value>{path}</arg_value>"
+        f"<arg_key>content</arg_key><arg_value>{content}</arg_value></tool_call>"
+    )
+
+
+def json_call(path: str, content: str) -> str:
+    body = json.dumps({"name": "write_file", "arguments": {"path": path, "content": content}})
+    return f"<tool_call>\n{body}\n</tool_call>\n"
+
+
+@dataclass(frozen=True)
+class Model:
+    """A scripted model behind the gateway, and how it writes a reply."""
+
+    name: str
+    generator: ScriptedGlm | ScriptedTemplate
+    call: Callable[[str, str], str]  # (path, content) -> the call as the model writes it
+    opening: str  # what opens the answer ("</think>" ends GLM's reasoning)
+    stop: str  # the stop token
+    words: str  # the block type WORDS before the call become: "thinking" or "text"
+    value: Callable[[str], str]  # a string value as the call's body spells it
+
+    def script(self, *calls: str, words: str = "") -> str:
+        return words + self.opening + "".join(calls) + self.stop
+
+    def tokens(self, text: str) -> int:
+        return len(self.generator.encode(text))
+
+
+@pytest.fixture(scope="module", params=["glm", pytest.param("demo", marks=pytest.mark.slow)])
+def model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Model:
+    if request.param == "glm":
+        from sparkfold.testing.tiny_glm import write_tiny_glm
+
+        glm = ScriptedGlm(write_tiny_glm(tmp_path_factory.mktemp("tiny-glm")), "")
+        found = Model("glm", glm, glm_call, "</think>", "<|observation|>", "thinking", lambda text: text)
+    else:  # the demo model's tokenizer and chat template (SmolLM2-135M), its calls in JSON
+        smol = ScriptedTemplate(request.getfixturevalue("smol_dir"), "")
+        found = Model("demo", smol, json_call, "", "<|im_end|>", "text", lambda text: json.dumps(text)[1:-1])
+    found.generator.script = found.script(found.call("notes.txt", TEXT), words=WORDS)
+    return found
 
 
 @pytest.fixture(scope="module")
-def generator(tmp_path_factory: pytest.TempPathFactory) -> ScriptedGlm:
-    from sparkfold.testing.tiny_glm import write_tiny_glm
-
-    return ScriptedGlm(write_tiny_glm(tmp_path_factory.mktemp("tiny-glm")), CALL)
-
-
-@pytest.fixture(scope="module")
-def url(generator: ScriptedGlm) -> Iterator[str]:
-    service = EngineService(generator, served_name="glm", max_tokens=256)
+def url(model: Model) -> Iterator[str]:
+    service = EngineService(model.generator, served_name=model.name, max_tokens=BUDGET)
     with ServerThread(create_engine(service)) as engine:
         port = int(engine.url.rsplit(":", 1)[1])
         with ServerThread(create_gateway(settings_for(port))) as gateway:
@@ -74,18 +115,15 @@ def claude(url: str) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0, timeout=60)
 
 
-def tokens(generator: ScriptedGlm, text: str) -> int:
-    return len(generator.encode(text))
-
-
-def value_tokens(generator: ScriptedGlm) -> int:
+def value_tokens(model: Model) -> int:
     """Tokens of the ``content`` value: at least this many argument pieces when it streams."""
-    return tokens(generator, TEXT) - 2  # a multi-byte or escaped character may join two
+    return model.tokens(model.value(TEXT)) - 2  # a multi-byte or escaped character may join two
 
 
-def cut(generator: ScriptedGlm) -> int:
+def cut(model: Model) -> int:
     """A ``max_tokens`` that ends the reply inside the call's ``content`` value."""
-    return tokens(generator, CALL[: CALL.index(CUT_AT) + len(CUT_AT)])
+    script: str = model.generator.script
+    return model.tokens(script[: script.index(CUT_AFTER) + len(CUT_AFTER)])
 
 
 CLAUDE_TOOLS: Any = [{"name": WRITE["name"], "input_schema": WRITE["parameters"]}]
@@ -96,22 +134,22 @@ RESPONSES_TOOLS: Any = [{"type": "function", **WRITE}]
 # --- the call streams ------------------------------------------------------------------------------
 
 
-def test_openai_chat_streams_the_call_as_it_is_generated(oai: openai.OpenAI, generator: ScriptedGlm) -> None:
-    stream = oai.chat.completions.create(model="glm", messages=ASK, tools=TOOLS, stream=True)  # type: ignore[arg-type]
+def test_openai_chat_streams_the_call_as_it_is_generated(oai: openai.OpenAI, model: Model) -> None:
+    stream = oai.chat.completions.create(model=model.name, messages=ASK, tools=TOOLS, stream=True)  # type: ignore[arg-type]
     chunks = [c for c in stream if c.choices]
     calls = [t for c in chunks for t in c.choices[0].delta.tool_calls or []]
     first, rest = calls[0], calls[1:]
     assert first.index == 0 and first.id and first.type == "function"
     assert first.function is not None and first.function.name == "write_file"
-    assert len(rest) >= value_tokens(generator) and all(c.id is None and c.index == 0 for c in rest)
+    assert len(rest) >= value_tokens(model) and all(c.id is None and c.index == 0 for c in rest)
     assert json.loads("".join((c.function and c.function.arguments) or "" for c in calls)) == ARGUMENTS
     assert not [c for c in chunks[1:] if c.choices[0].delta.content == ""]  # no empty deltas after the role
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
 
 
-def test_anthropic_streams_input_json_deltas(claude: anthropic.Anthropic, generator: ScriptedGlm) -> None:
+def test_anthropic_streams_input_json_deltas(claude: anthropic.Anthropic, model: Model) -> None:
     with claude.messages.stream(
-        model="glm",
+        model=model.name,
         max_tokens=256,
         messages=ASK,
         tools=CLAUDE_TOOLS,
@@ -122,31 +160,31 @@ def test_anthropic_streams_input_json_deltas(claude: anthropic.Anthropic, genera
     starts = [e for e in events if e.type == "content_block_start" and e.content_block.type == "tool_use"]
     assert len(starts) == 1 and starts[0].content_block.input == {}
     pieces = input_json_pieces(events)
-    assert len(pieces) >= value_tokens(generator)
+    assert len(pieces) >= value_tokens(model)
     (use,) = [b for b in final.content if b.type == "tool_use"]
     assert (use.name, use.input) == ("write_file", ARGUMENTS) and final.stop_reason == "tool_use"
 
 
-def test_responses_streams_function_call_arguments(oai: openai.OpenAI, generator: ScriptedGlm) -> None:
-    stream = oai.responses.create(model="glm", input=ASK, tools=RESPONSES_TOOLS, stream=True)  # type: ignore[arg-type]
+def test_responses_streams_function_call_arguments(oai: openai.OpenAI, model: Model) -> None:
+    stream = oai.responses.create(model=model.name, input=ASK, tools=RESPONSES_TOOLS, stream=True)  # type: ignore[arg-type]
     events = list(stream)
     pieces = [e for e in events if e.type == "response.function_call_arguments.delta"]
-    assert len(pieces) >= value_tokens(generator)
+    assert len(pieces) >= value_tokens(model)
     (done,) = [e for e in events if e.type == "response.function_call_arguments.done"]
     assert json.loads(done.arguments) == ARGUMENTS and events[-1].type == "response.completed"
 
 
-def test_langchain_streams_tool_call_chunks(url: str, generator: ScriptedGlm) -> None:
+def test_langchain_streams_tool_call_chunks(url: str, model: Model) -> None:
     from langchain_openai import ChatOpenAI
 
-    chat = ChatOpenAI(model="glm", base_url=f"{url}/v1", api_key="unused", max_retries=0)  # type: ignore[arg-type]
+    chat = ChatOpenAI(model=model.name, base_url=f"{url}/v1", api_key="unused", max_retries=0)  # type: ignore[arg-type]
     chunks = list(chat.bind_tools([WRITE], tool_choice="required").stream("Write notes.txt"))
     pieces = [t for c in chunks for t in c.tool_call_chunks]
-    assert pieces[0]["name"] == "write_file" and len(pieces) >= value_tokens(generator)
+    assert pieces[0]["name"] == "write_file" and len(pieces) >= value_tokens(model)
     whole = chunks[0]
     for chunk in chunks[1:]:
         whole += chunk  # type: ignore[assignment]
-    assert [(t["name"], t["args"]) for t in whole.tool_calls] == [("write_file", ARGUMENTS)]  # type: ignore[attr-defined]
+    assert [(t["name"], t["args"]) for t in whole.tool_calls] == [("write_file", ARGUMENTS)]
 
 
 # --- a call cut by max_tokens comes back partial --------------------------------------------------------
@@ -155,8 +193,8 @@ PARTIAL = '{"path": "notes.txt", "content": "The quick brown fox'
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_openai_chat_returns_a_cut_call(oai: openai.OpenAI, generator: ScriptedGlm, stream: bool) -> None:
-    body: Any = {"model": "glm", "messages": ASK, "tools": TOOLS, "max_tokens": cut(generator)}
+def test_openai_chat_returns_a_cut_call(oai: openai.OpenAI, model: Model, stream: bool) -> None:
+    body: Any = {"model": model.name, "messages": ASK, "tools": TOOLS, "max_tokens": cut(model)}
     if stream:
         chunks = [c for c in oai.chat.completions.create(**body, stream=True) if c.choices]
         calls = [t for c in chunks for t in c.choices[0].delta.tool_calls or []]
@@ -170,8 +208,8 @@ def test_openai_chat_returns_a_cut_call(oai: openai.OpenAI, generator: ScriptedG
     assert (name, arguments, finish) == ("write_file", PARTIAL, "length")
 
 
-def test_anthropic_returns_a_cut_tool_use(claude: anthropic.Anthropic, generator: ScriptedGlm) -> None:
-    body: Any = {"model": "glm", "max_tokens": cut(generator), "messages": ASK, "tools": CLAUDE_TOOLS}
+def test_anthropic_returns_a_cut_tool_use(claude: anthropic.Anthropic, model: Model) -> None:
+    body: Any = {"model": model.name, "max_tokens": cut(model), "messages": ASK, "tools": CLAUDE_TOOLS}
     message = claude.messages.create(**body)
     (use,) = [b for b in message.content if b.type == "tool_use"]
     assert use.name == "write_file" and use.input == json.loads(PARTIAL + '"}')  # as far as it was written
@@ -181,14 +219,12 @@ def test_anthropic_returns_a_cut_tool_use(claude: anthropic.Anthropic, generator
         streamed = stream.get_final_message()
     pieces = input_json_pieces(events)
     assert "".join(pieces) == PARTIAL and streamed.stop_reason == "max_tokens"
-    assert [b.type for b in streamed.content] == ["thinking", "tool_use"]
+    assert [b.type for b in streamed.content] == [model.words, "tool_use"]
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_responses_returns_a_cut_function_call(
-    oai: openai.OpenAI, generator: ScriptedGlm, stream: bool
-) -> None:
-    body: Any = {"model": "glm", "input": ASK, "tools": RESPONSES_TOOLS, "max_output_tokens": cut(generator)}
+def test_responses_returns_a_cut_function_call(oai: openai.OpenAI, model: Model, stream: bool) -> None:
+    body: Any = {"model": model.name, "input": ASK, "tools": RESPONSES_TOOLS, "max_output_tokens": cut(model)}
     if stream:
         events = list(oai.responses.create(**body, stream=True))
         response = events[-1].response  # type: ignore[union-attr]
@@ -199,35 +235,28 @@ def test_responses_returns_a_cut_function_call(
     assert response.status == "incomplete" and response.incomplete_details is not None
 
 
-def test_langchain_sees_a_cut_call_as_invalid(url: str, generator: ScriptedGlm) -> None:
+def test_langchain_sees_a_cut_call_as_invalid(url: str, model: Model) -> None:
     from langchain_openai import ChatOpenAI
 
     chat = ChatOpenAI(
-        model="glm", base_url=f"{url}/v1", api_key="unused", max_retries=0, max_tokens=cut(generator)
+        model=model.name, base_url=f"{url}/v1", api_key="unused", max_retries=0, max_tokens=cut(model)
     )  # type: ignore[arg-type,call-arg]
     reply = chat.bind_tools([WRITE]).invoke("Write notes.txt")
-    assert [(t["name"], t["args"]) for t in reply.invalid_tool_calls] == [("write_file", PARTIAL)]  # type: ignore[attr-defined]
+    assert [(t["name"], t["args"]) for t in reply.invalid_tool_calls] == [("write_file", PARTIAL)]
     assert reply.response_metadata["finish_reason"] == "length"
 
 
 # --- forced parallel calls end -------------------------------------------------------------------
 
 
-def write(path: str) -> str:
-    return (
-        f"<tool_call>write_file<arg_key>path</arg_key><arg_value>{path}</arg_value>"
-        "<arg_key>content</arg_key><arg_value>x</arg_value></tool_call>"
-    )
-
-
 def test_an_identical_call_ends_the_reply(
-    oai: openai.OpenAI, generator: ScriptedGlm, monkeypatch: pytest.MonkeyPatch
+    oai: openai.OpenAI, model: Model, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    script = "</think>" + write("a.txt") * 5 + "<|observation|>"
-    monkeypatch.setattr(generator, "script", script)
+    script = model.script(*[model.call("a.txt", "x")] * 5)
+    monkeypatch.setattr(model.generator, "script", script)
     chunks = list(
         oai.chat.completions.create(
-            model="glm",
+            model=model.name,
             messages=ASK,
             tools=TOOLS,  # type: ignore[arg-type]
             tool_choice="required",
@@ -240,18 +269,19 @@ def test_an_identical_call_ends_the_reply(
     assert json.loads("".join((c.function and c.function.arguments) or "" for c in calls))["path"] == "a.txt"
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "tool_calls"
     used = chunks[-1].usage
-    assert used is not None and used.completion_tokens < tokens(generator, script) // 2  # the engine stopped
+    assert used is not None and used.completion_tokens < model.tokens(script) // 2  # the engine stopped
 
 
 def test_forced_calls_stop_at_the_cap(
-    claude: anthropic.Anthropic, generator: ScriptedGlm, monkeypatch: pytest.MonkeyPatch
+    claude: anthropic.Anthropic, model: Model, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from sparkfold.config import FORCED_CALLS_PER_TOOL
 
     paths = [f"f{n}.txt" for n in range(FORCED_CALLS_PER_TOOL + 4)]
-    monkeypatch.setattr(generator, "script", "</think>" + "".join(map(write, paths)) + "<|observation|>")
+    script = model.script(*(model.call(path, "x") for path in paths))
+    monkeypatch.setattr(model.generator, "script", script)
     message = claude.messages.create(
-        model="glm", max_tokens=256, messages=ASK, tools=CLAUDE_TOOLS, tool_choice=ANY
+        model=model.name, max_tokens=BUDGET, messages=ASK, tools=CLAUDE_TOOLS, tool_choice=ANY
     )
     uses = [b.input["path"] for b in message.content if b.type == "tool_use"]  # type: ignore[index]
     assert uses == paths[:FORCED_CALLS_PER_TOOL] and message.stop_reason == "tool_use"

@@ -12,11 +12,16 @@ string (templates concatenate ``content`` as a string), and, when the template d
 ``tools`` itself (:func:`renders_tools`), the offered tools as a system message in that form,
 earlier calls as that text and tool results as ``<tool_response>`` user turns.
 :class:`ToolCallParser` reads the reply (the engine's ``OutputParser`` seam): text outside a call
-is content, a complete call whose name was offered becomes a tool-call delta, anything else stays
-content; a call cut by ``max_tokens`` comes back as far as it was written once its offered name is
-complete (its ``arguments`` the unfinished JSON text after ``"arguments":``), never dropped. It is
-written here because no maintained library parses this form incrementally without bringing a
-serving stack with it.
+is content; a call streams as it is generated, as GLM's do (:mod:`sparkfold.glm.calls`): announced
+(index, id, name) as soon as ``{"name": "<an offered tool>"`` is written, then its ``arguments``
+JSON piece by piece, rewritten into the text ``json.dumps`` gives
+(:class:`~sparkfold.engines.json_text.JsonWriter`), so the pieces join up to the call a whole
+reply gives. A body of another shape (``arguments`` before ``name``) is read whole at its end; a
+name not offered, or a body that is not a call, stays content. Once announced a call stays one:
+text after its object is dropped, a body ended early gives its arguments as far as written. A call
+cut by ``max_tokens`` comes back as far as it was written once its offered name is complete, never
+dropped. It is written here because no maintained library parses this form incrementally without
+bringing a serving stack with it.
 """
 
 from __future__ import annotations
