@@ -1,6 +1,7 @@
 """The sparkfold_weights role's Hub source on this host (the head, local connection) against the fake
 Hub on loopback: fetch the pinned model and a gated drafter, never show the token, converge, plan in
-check mode, repair a lost file, and stop in words on a pin the Hub does not have.
+check mode, repair a lost file, stop in words on a pin the Hub does not have, and hold the drafter
+to its sha256 pins (the inventory's, else those recorded at the first run).
 
 The head -> worker copy of the same stores is the testbed's (tests/testbed): it is the same tasks
 whatever the source.
@@ -8,6 +9,8 @@ whatever the source.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
 import re
 import stat
@@ -169,3 +172,58 @@ def test_the_heads_copy_key_gets_its_folder_where_root_has_no_ssh_folder(repo: P
     assert result.returncode == 0, result.stdout + result.stderr
     assert stat.S_IMODE((home / ".ssh").stat().st_mode) == 0o700
     assert (home / ".ssh/sparkfold_weights").is_file() and (home / ".ssh/sparkfold_weights.pub").is_file()
+
+
+def drafter_record(head: Path) -> Path:
+    return head / "control/pins" / head.name / f"drafter-{DRAFTER.replace('/', '_')}-{DRAFTER_COMMIT}.yml"
+
+
+DRAFTER_SHA256 = {path: hashlib.sha256(data).hexdigest() for path, data in DRAFTER_FILES.items()}
+
+
+@pytest.mark.slow
+def test_the_drafters_digests_are_recorded_at_the_first_run_and_other_bytes_are_refused(
+    repo: Path, head: Path, hub: FakeHub
+) -> None:
+    """Peers got other bytes from the same drafter repository: the first run records every file's
+    sha256 on the control host (trust on first use), a later fetch of other bytes stops the stage
+    naming the file, the recorded and the found digest, and nothing is served from it."""
+    first = play(repo, head)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert yaml.safe_load(drafter_record(head).read_text()) == DRAFTER_SHA256
+    words = " ".join(first.stdout.split())
+    assert "WARNING: sparkfold_weights_hub_drafter_files does not pin every file by sha256" in words
+    assert f"copy them into the inventory ({head}/group_vars/all/weights.yml)" in words
+
+    again = play(repo, head)
+    assert again.returncode == 0 and recap(again)["changed"] == 0, again.stdout
+    assert "WARNING: sparkfold_weights_hub_drafter_files" not in again.stdout
+
+    other = random.Random(9).randbytes(50_000)
+    hub.repos[DRAFTER].files = {**DRAFTER_FILES, "model.safetensors": other}  # the same commit, other bytes
+    restarts = (head / "calls/calls").read_text().count("try-restart")
+    subprocess.run(["rm", "-rf", str(store(head, DRAFTER, DRAFTER_COMMIT))], check=True)  # a fresh head
+    Path(f"{store(head, DRAFTER, DRAFTER_COMMIT)}.manifest.json").unlink()
+    refused = play(repo, head)
+    assert refused.returncode != 0
+    said = " ".join(refused.stdout.split())
+    found, pinned = hashlib.sha256(other).hexdigest(), DRAFTER_SHA256["model.safetensors"]
+    assert f"model.safetensors has sha256 {found}, not the pinned {pinned}" in said
+    assert f"sha256 pins: sparkfold_weights_hub_drafter_files in {head}/group_vars/all/weights.yml" in said
+    assert not Path(f"{store(head, DRAFTER, DRAFTER_COMMIT)}.manifest.json").exists()
+    assert (head / "calls/calls").read_text().count("try-restart") == restarts, "no restart onto it"
+
+
+@pytest.mark.slow
+def test_the_inventorys_drafter_pins_override_the_record(repo: Path, head: Path) -> None:
+    drafter_record(head).parent.mkdir(parents=True)
+    drafter_record(head).write_text(yaml.safe_dump({path: "0" * 64 for path in DRAFTER_FILES}))
+    pinned = play(repo, head, "-e", json.dumps({"sparkfold_weights_hub_drafter_files": DRAFTER_SHA256}))
+    assert pinned.returncode == 0, pinned.stdout + pinned.stderr
+    assert "WARNING: sparkfold_weights_hub_drafter_files" not in pinned.stdout  # every file is pinned
+
+    wrong = {**DRAFTER_SHA256, "config.json": "1" * 64}
+    refused = play(repo, head, "-e", json.dumps({"sparkfold_weights_hub_drafter_files": wrong}))
+    assert refused.returncode != 0
+    said = " ".join(refused.stdout.split())
+    assert f"config.json has sha256 {DRAFTER_SHA256['config.json']}, not the pinned {'1' * 64}" in said

@@ -2,11 +2,11 @@
 
 The nodes have no Hub: a check run of the weights stage passes without a Hub task. The fake Hub,
 served on the control host's testbed bridge address, proves the Hub source end to end: the head
-fetches, the worker gets the files over the fabric link and the head's manifest. Then a fake
-``docker`` (images are files holding their series label; ``save``/``load`` move them) on both nodes
-proves the head -> worker image copy over the fabric link: the worker gets the head's image, a re-run
-copies nothing, and a worker image with another label is replaced. Runs after test_pair.py, on the
-same converged pair.
+fetches, the worker gets the files over the fabric link and the head's manifest, and the drafter is
+held to the sha256 recorded at its first fetch. Then a fake ``docker`` (images are files holding their
+series label; ``save``/``load`` move them) on both nodes proves the head -> worker image copy over the
+fabric link: the worker gets the head's image, a re-run copies nothing, and a worker image with another
+label is replaced. Runs after test_pair.py, on the same converged pair.
 """
 
 from __future__ import annotations
@@ -56,32 +56,49 @@ def engines_active() -> None:
 
 
 def test_hub_weights_reach_the_worker_over_the_fabric(first_converge: Run, artifacts: Path) -> None:
+    """The model and the drafter reach both nodes; the first run records the drafter's sha256 on the
+    control host, and a later fetch of other bytes from the same drafter commit is refused."""
     first_converge.must_succeed()
     repo_id, commit = "acme/tiny-glm", "fedcba9876543210fedcba9876543210fedcba98"
+    drafter_id, drafter_commit = "acme/tiny-glm-drafter", "89abcdef0123456789abcdef0123456789abcdef"
     rng = random.Random(3)
     files = {"config.json": b"{}\n", "model.safetensors": rng.randbytes(150_000)}
+    drafter_files = {"config.json": b'{"drafter": 1}\n', "model.safetensors": rng.randbytes(40_000)}
     store = f"/var/lib/sparkfold/models/{repo_id}/{commit}"
+    drafter_store = f"/var/lib/sparkfold/models/{drafter_id}/{drafter_commit}"
+    record = REPO / f".cache/control/pins/testbed/drafter-{drafter_id.replace('/', '_')}-{drafter_commit}.yml"
     # The control host's address on the testbed bridge: the nodes reach it over their management link.
     # The CDN is the same server under another name (huggingface_hub follows redirects on one host).
     ssh(HEAD, f"echo '198.51.100.1 {CDN}' >> /etc/hosts")
-    with FakeHub(FakeRepo(repo_id, files, commit=commit), host="198.51.100.1", cdn_host=CDN) as hub:
+    repos = (
+        FakeRepo(repo_id, files, commit=commit),
+        FakeRepo(drafter_id, drafter_files, commit=drafter_commit),
+    )
+    with FakeHub(*repos, host="198.51.100.1", cdn_host=CDN) as hub:
         extravars = {
             **TENSORFOLD,
             "sparkfold_weights_source": "hub",
             "sparkfold_weights_hub_repo": repo_id,
             "sparkfold_weights_hub_revision": commit,
+            "sparkfold_weights_hub_drafter_repo": drafter_id,
+            "sparkfold_weights_hub_drafter_revision": drafter_commit,
             "sparkfold_weights_hub_endpoint": hub.url,
             "sparkfold_weights_hub_poll_s": 1,
             "sparkfold_model_name": f"{repo_id}/{commit}",
         }
         try:
+            record.unlink(missing_ok=True)
             fetched = play(artifacts / "tf-hub", "playbooks/weights.yml", extravars=extravars).must_succeed()
             assert fetched.changed.get("sftb-worker", 0) > 0
-            expected = {path: hashlib.sha256(data).hexdigest() for path, data in files.items()}
-            for node in (HEAD, WORKER):
-                sums = ssh(node, f"cd {store} && sha256sum {' '.join(sorted(files))}").splitlines()
-                assert {line.split()[1]: line.split()[0] for line in sums} == expected
-            assert ssh(WORKER, f"cat {store}.manifest.json") == ssh(HEAD, f"cat {store}.manifest.json")
+            for folder, held in ((store, files), (drafter_store, drafter_files)):
+                expected = {path: hashlib.sha256(data).hexdigest() for path, data in held.items()}
+                for node in (HEAD, WORKER):
+                    sums = ssh(node, f"cd {folder} && sha256sum {' '.join(sorted(held))}").splitlines()
+                    assert {line.split()[1]: line.split()[0] for line in sums} == expected
+                assert ssh(WORKER, f"cat {folder}.manifest.json") == ssh(HEAD, f"cat {folder}.manifest.json")
+            drafter_sha256 = {path: hashlib.sha256(data).hexdigest() for path, data in drafter_files.items()}
+            assert yaml.safe_load(record.read_text()) == drafter_sha256  # trust on first use
+            assert "WARNING: sparkfold_weights_hub_drafter_files" in " ".join(fetched.output.split())
             assert (
                 ssh(WORKER, f"test -e {store}/.cache/huggingface || echo none") == "none"
             )  # the head's bookkeeping
@@ -89,10 +106,22 @@ def test_hub_weights_reach_the_worker_over_the_fabric(first_converge: Run, artif
             again = play(artifacts / "tf-hub-again", "playbooks/weights.yml", extravars=extravars)
             again.must_change_nothing()
             assert len(hub.requests) == asked
+
+            # The same drafter commit with other bytes, on a head that has to fetch it again.
+            other = random.Random(4).randbytes(40_000)
+            hub.repos[drafter_id].files = {**drafter_files, "model.safetensors": other}
+            ssh(HEAD, f"rm -rf {drafter_store} {drafter_store}.manifest.json")
+            refused = play(artifacts / "tf-hub-other-drafter", "playbooks/weights.yml", extravars=extravars)
+            assert refused.rc != 0
+            said = " ".join(refused.output.split())
+            found, pinned = hashlib.sha256(other).hexdigest(), drafter_sha256["model.safetensors"]
+            assert f"model.safetensors has sha256 {found}, not the pinned {pinned}" in said
+            assert ssh(HEAD, f"test -e {drafter_store}.manifest.json || echo none") == "none"
         finally:
             for node in (HEAD, WORKER):
                 ssh(node, f"rm -rf /var/lib/sparkfold/models/{repo_id.split('/')[0]}", check=False)
             ssh(HEAD, f"sed -i '/ {CDN}$/d' /etc/hosts", check=False)
+            record.unlink(missing_ok=True)
             engines_active()
 
 

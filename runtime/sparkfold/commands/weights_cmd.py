@@ -174,6 +174,13 @@ def space(directory: Path, manifest_file: Path | None, reserve_gib: float, as_js
     is_flag=True,
     help="Check and plan only: what would be downloaded and whether it fits; writes nothing.",
 )
+@click.option(
+    "--pin",
+    "pinned",
+    metavar="PATH=SHA256",
+    multiple=True,
+    help="A file's pinned sha256; repeatable. A file that differs refuses the store, naming it.",
+)
 @jobs_option
 @json_option
 def fetch(
@@ -187,6 +194,7 @@ def fetch(
     reserve_gib: float,
     recheck: str,
     dry_run: bool,
+    pinned: tuple[str, ...],
     jobs: int,
     as_json: bool,
 ) -> None:
@@ -197,6 +205,7 @@ def fetch(
     """
     from sparkfold.weights import WeightsError
     from sparkfold.weights.fetch import fetch as fetch_revision
+    from sparkfold.weights.verify import parse_pins
 
     try:
         result = fetch_revision(
@@ -212,6 +221,7 @@ def fetch(
             jobs=jobs,
             dry_run=dry_run,
             warn=lambda line: click.echo(line, err=True),
+            pins=parse_pins(pinned),
         )
     except (WeightsError, OSError) as exc:
         raise click.ClickException(str(exc)) from None

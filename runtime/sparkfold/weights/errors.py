@@ -6,6 +6,7 @@ says what to do; the CLI prints it as is and exits 1::
     WeightsError            any expected failure of a weights command
     ├── ManifestError       a manifest file is missing, unreadable or malformed
     ├── VerifyError         the files on disk differ from the manifest (carries the report)
+    ├── PinError            a fetched file's sha256 is not the one pinned for it (names both)
     ├── DiskSpaceError      the store's filesystem cannot hold what is still missing
     ├── RevisionError       a moving revision where a pin is required, or one the Hub does not have
     ├── TokenFileError      the Hugging Face token file is missing or empty
@@ -23,6 +24,7 @@ __all__ = [
     "DiskSpaceError",
     "HubError",
     "ManifestError",
+    "PinError",
     "RevisionError",
     "TokenFileError",
     "VerifyError",
@@ -42,6 +44,10 @@ class VerifyError(WeightsError):
     def __init__(self, report: VerifyReport) -> None:
         super().__init__(report.message())
         self.report = report
+
+
+class PinError(WeightsError):
+    pass
 
 
 class DiskSpaceError(WeightsError):

@@ -14,13 +14,15 @@ The steps, each skipped when there is nothing to do:
    fetched again), progress on stderr; one fetch per directory at a time;
 7. hash every file and compare with the Hub (LFS files by sha256, the others by git blob id); a file
    that differs is fetched once more, then the fetch fails naming it;
-8. write the manifest (the Hub's sizes and sha256).
+8. refuse the files when one differs from the sha256 pinned for it (``pins``; the manifest is then not
+   written), and write the manifest (the Hub's sizes and sha256). A store already in place is held to
+   the pins too.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -38,7 +40,7 @@ from sparkfold.weights.manifest import (
     write_manifest,
 )
 from sparkfold.weights.progress import DEFAULT_INTERVAL_S, Progress
-from sparkfold.weights.verify import compare, verify_dir
+from sparkfold.weights.verify import check_pins, compare, verify_dir
 
 __all__ = ["FetchResult", "fetch"]
 
@@ -215,12 +217,14 @@ def fetch(
     dry_run: bool = False,
     warn: Callable[[str], None] = _stderr,
     free: Callable[[Path], int] = free_bytes,
+    pins: Mapping[str, str] | None = None,
 ) -> FetchResult:
     """Fetch ``repo`` at ``revision`` into ``dest`` (the steps in the module docstring).
 
     ``dry_run`` stops after the disk check and writes nothing: the answer lists what would be
-    downloaded (Ansible's check mode).
+    downloaded (Ansible's check mode). ``pins`` maps a file's path to the sha256 it must have.
     """
+    pins = pins or {}
     hub.require_pin(repo, revision, allow_moving=allow_moving_revision)
     manifest_path = manifest_path or default_manifest_path(dest)
     opts = _Options(jobs, interval_s, warn)
@@ -228,6 +232,7 @@ def fetch(
     if hub.is_commit(revision):
         done, stale = _in_place(manifest_path, repo, revision, dest, recheck, opts)
         if done is not None:
+            check_pins(str(dest), done, pins)
             return FetchResult.in_place(repo, revision, dest, manifest_path, done, recheck)
     if hub.hub_offline():
         raise HubError(
@@ -241,6 +246,7 @@ def fetch(
     if not hub.is_commit(revision):
         done, stale = _in_place(manifest_path, repo, snap.commit, dest, recheck, opts)
         if done is not None:
+            check_pins(str(dest), done, pins)
             return FetchResult.in_place(repo, revision, dest, manifest_path, done, recheck)
 
     present = list_files(dest)
@@ -274,6 +280,7 @@ def fetch(
     report = compare(str(dest), manifest, list_files(dest), digests)
     if not report.ok:  # something appeared in the directory while we worked
         raise VerifyError(report)
+    check_pins(str(dest), manifest, pins)
     written = write_manifest(manifest, manifest_path)
     by_path = manifest.by_path()
     return FetchResult(

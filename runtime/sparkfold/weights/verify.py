@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from sparkfold.weights.errors import PinError
 from sparkfold.weights.hashing import DEFAULT_JOBS, FileDigest, hash_files
 from sparkfold.weights.manifest import Manifest, list_files
 from sparkfold.weights.progress import DEFAULT_INTERVAL_S, Progress
 
-__all__ = ["Mismatch", "VerifyReport", "compare", "verify_dir"]
+__all__ = ["Mismatch", "VerifyReport", "check_pins", "compare", "parse_pins", "verify_dir"]
 
 Mode = Literal["sha256", "sizes"]
 _NAMED = 5  # files named per kind in the one-line message; --json lists them all
@@ -126,3 +128,38 @@ def verify_dir(
         progress = Progress("verify", sum(sizes[p] for p in to_hash), interval_s=interval_s)
         digests = hash_files(root, to_hash, jobs=jobs, progress=progress)
     return compare(str(root), manifest, sizes, digests)
+
+
+_PIN = re.compile(r"(?P<path>.+)=(?P<sha256>[0-9a-f]{64})")
+
+
+def parse_pins(texts: Iterable[str]) -> dict[str, str]:
+    """``PATH=SHA256`` entries (``sparkfold weights fetch --pin``) as ``{path: sha256}``."""
+    pins: dict[str, str] = {}
+    for text in texts:
+        if (found := _PIN.fullmatch(text)) is None:
+            raise PinError(f"not a file pin (PATH=<64 lowercase hex sha256>): {text!r}")
+        pins[found["path"]] = found["sha256"]
+    return pins
+
+
+def check_pins(directory: str, manifest: Manifest, pins: Mapping[str, str]) -> None:
+    """Refuse ``manifest`` (what ``directory`` holds) unless every pinned file is there with its
+    pinned sha256; a file without a pin passes (trust on first use: its digest is recorded)."""
+    held = {f.path: f.sha256 for f in manifest.files}
+    wrong = [Mismatch(path, sha, held.get(path, "")) for path, sha in sorted(pins.items())]
+    wrong = [m for m in wrong if m.actual != m.expected]
+    if not wrong:
+        return
+    source = f"{manifest.repo or directory}@{manifest.revision or '?'}"
+    said = "; ".join(
+        f"{m.path} has sha256 {m.actual}, not the pinned {m.expected}"
+        if m.actual
+        else f"{m.path} is pinned ({m.expected}) but not in {source}"
+        for m in wrong[:_NAMED]
+    )
+    more = f" and {len(wrong) - _NAMED} more" if len(wrong) > _NAMED else ""
+    raise PinError(
+        f"{directory} is refused and nothing is served from it: {said}{more}. If the change is intended, "
+        "review it and pin the new digest"
+    )

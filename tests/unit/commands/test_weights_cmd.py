@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import sys
@@ -137,3 +138,18 @@ def test_fetch_refuses_a_branch_in_one_line(hub: FakeHub, tmp_path: Path) -> Non
     result = run("fetch", "--repo", "acme/m", "--revision", "main", "--dest", str(tmp_path / "m"))
     assert result.exit_code == 1
     assert result.stderr.count("\n") == 1 and "--allow-moving-revision" in result.stderr
+
+
+def test_fetch_with_a_pin_that_differs_says_which_file_in_one_line(hub: FakeHub, tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    token_file.chmod(0o600)
+    args = ["fetch", "--repo", "acme/m", "--revision", COMMIT, "--dest", str(tmp_path / "m")]
+    args += ["--token-file", str(token_file), "--endpoint", hub.url]
+    found = hashlib.sha256(FILES["model.safetensors"]).hexdigest()
+    assert run(*args, "--pin", f"model.safetensors={found}").exit_code == 0
+    refused = run(*args, "--pin", f"model.safetensors={'1' * 64}")
+    assert refused.exit_code == 1 and refused.stderr.count("\n") == 1
+    assert f"model.safetensors has sha256 {found}, not the pinned {'1' * 64}" in refused.stderr
+    malformed = run(*args, "--pin", "model.safetensors")
+    assert malformed.exit_code == 1 and "not a file pin" in malformed.stderr

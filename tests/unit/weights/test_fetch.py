@@ -13,6 +13,7 @@ from conftest import COMMIT, FakeHub, FakeRepo, model_files
 from sparkfold.weights import (
     DiskSpaceError,
     HubError,
+    PinError,
     RevisionError,
     TokenFileError,
     read_manifest,
@@ -20,6 +21,7 @@ from sparkfold.weights import (
 )
 from sparkfold.weights.disk import GIB
 from sparkfold.weights.fetch import fetch
+from sparkfold.weights.verify import parse_pins
 
 SHARD = "model-00001-of-00002.safetensors"
 REPO = "acme/tiny-glm"
@@ -269,3 +271,34 @@ def test_a_dry_run_plans_and_writes_nothing(hub: FakeHub, tmp_path: Path) -> Non
 
     _fetch(hub, dest)
     assert not _fetch(hub, dest, dry_run=True).changed  # type: ignore[attr-defined]
+
+
+def test_pinned_files_are_accepted_and_one_that_differs_refuses_the_store_naming_it(
+    hub: FakeHub, tmp_path: Path
+) -> None:
+    """Peers got other bytes from the same repository: a file whose sha256 is not its pin stops the
+    fetch, naming the file, the pinned and the found digest, and no manifest is written."""
+    files = model_files()
+    pins = {path: hashlib.sha256(data).hexdigest() for path, data in files.items()}
+    accepted = _fetch(hub, tmp_path / "m", pins={SHARD: pins[SHARD]})
+    assert accepted.manifest_written  # type: ignore[attr-defined]
+
+    other = {**pins, SHARD: "0" * 64}
+    with pytest.raises(PinError) as refused:
+        _fetch(hub, tmp_path / "n", pins=other)
+    said = str(refused.value)
+    assert f"{tmp_path / 'n'} is refused and nothing is served from it" in said
+    assert f"{SHARD} has sha256 {pins[SHARD]}, not the pinned {'0' * 64}" in said
+    assert "config.json" not in said  # the files that match are not named
+    assert not (tmp_path / "n.manifest.json").exists()
+
+    with pytest.raises(PinError, match=f"{SHARD} has sha256 {pins[SHARD]}, not the pinned"):
+        _fetch(hub, tmp_path / "m", pins=other)  # a store already in place is held to them too
+    with pytest.raises(PinError, match=r"extra.bin is pinned \(0{64}\) but not in acme/tiny-glm@"):
+        _fetch(hub, tmp_path / "m", pins={"extra.bin": "0" * 64})
+
+
+def test_a_malformed_pin_is_refused_in_words() -> None:
+    assert parse_pins([f"a/b.json={'ab' * 32}"]) == {"a/b.json": "ab" * 32}
+    with pytest.raises(PinError, match=r"not a file pin \(PATH=<64 lowercase hex sha256>\): 'config.json=X'"):
+        parse_pins(["config.json=X"])
