@@ -13,6 +13,10 @@ One origin, three marks, all on the node's ``CLOCK_MONOTONIC``:
   through the gateway on this node. Recorded once per start (``first-token.json`` beside the marker,
   naming the rank's pid), so a later run reports that start's figure again; its own time to first
   token is reported apart.
+
+With a drafter configured, the head's line also names the drafter's files, by the ``digest`` of the
+manifest the weights stage wrote beside its folder (``DIR.manifest.json``: the same files give the same
+digest, so two pairs can compare), and the smoke request's drafts accepted.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any
 from sparkfold.config import Settings
 from sparkfold.node.checks import Runner, run_command
 from sparkfold.node.serving import RUN_DIR, serving
+from sparkfold.weights import WeightsError, default_manifest_path, read_manifest
 
 __all__ = [
     "ENGINE_UNIT",
@@ -43,6 +48,7 @@ __all__ = [
 ENGINE_UNIT = "sparkfold-engine.service"
 FIRST_TOKEN_RECORD = "first-token.json"
 _PROPERTIES = ("ExecMainStartTimestampMonotonic", "ActiveEnterTimestampMonotonic", "ExecMainPID")
+SHORT_DIGEST = 12  # hex digits of a digest on the line (as the image's tf.patches label)
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,7 @@ class Startup:
     smoke: dict[str, Any] | None
     problem: str | None = None
     drafter: str | None = None  # the configured draft model's directory (rank 0), if any
+    drafter_digest: str | None = None  # its manifest's digest; None: no readable manifest
 
     def line(self) -> str:
         """One line for people: the seconds from the unit's start to each mark."""
@@ -88,7 +95,8 @@ class Startup:
                 f"first streamed token {mark(self.first_token_s)}",
             ]
         if self.drafter is not None and self.smoke is not None:
-            marks.append(f"drafter {self.drafter}: {_acceptance(self.smoke)}")
+            digest = f"digest {self.drafter_digest[:SHORT_DIGEST]}" if self.drafter_digest else "no manifest"
+            marks.append(f"drafter {self.drafter} ({digest}): {_acceptance(self.smoke)}")
         return f"{self.unit} (rank {self.rank}, pid {self.pid}) from its start: " + ", ".join(marks)
 
     def as_dict(self) -> dict[str, Any]:
@@ -143,6 +151,7 @@ def startup(
             fresh = round(seen[0] - unit.start_us / 1e6, 2) if seen else None
             first_token_s = _first_token_of(unit.pid, fresh, root / RUN_DIR)
     problem = None if unit is not None else f"systemd has no running {ENGINE_UNIT} on this node"
+    drafter = configured_drafter(settings) if rank == 0 else None
     return Startup(
         unit=ENGINE_UNIT,
         rank=rank,
@@ -152,7 +161,8 @@ def startup(
         first_token_s=first_token_s,
         smoke=report,
         problem=problem,
-        drafter=configured_drafter(settings) if rank == 0 else None,
+        drafter=drafter,
+        drafter_digest=_manifest_digest(root / drafter.lstrip("/")) if drafter is not None else None,
     )
 
 
@@ -163,6 +173,14 @@ def _acceptance(smoke: dict[str, Any]) -> str:
         return "drafts not reported by the engine"
     rate = f" ({accepted / drafted:.0%})" if drafted else ""
     return f"{accepted} of {drafted} drafted tokens accepted{rate}"
+
+
+def _manifest_digest(folder: Path) -> str | None:
+    """The digest of the manifest beside ``folder`` (the weights stage's), or None where it has none."""
+    try:
+        return read_manifest(default_manifest_path(folder)).digest
+    except (WeightsError, OSError):
+        return None
 
 
 def configured_drafter(settings: Settings) -> str | None:

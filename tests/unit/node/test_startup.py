@@ -14,6 +14,7 @@ from node_fakes import settings
 from sparkfold.config import Settings
 from sparkfold.node import serving as node_serving
 from sparkfold.node.startup import FIRST_TOKEN_RECORD, gateway_url, startup, unit_start
+from sparkfold.weights import build_manifest, default_manifest_path, write_manifest
 
 PID = os.getpid()  # the unit's main process: alive, so the marker it "wrote" reads
 
@@ -123,17 +124,27 @@ def test_the_marker_records_when_the_port_first_answered(tmp_path: Path) -> None
     assert without is not None and json.loads(without.read_text())["port_s"] is None
 
 
-def test_with_a_drafter_the_line_gives_the_smoke_s_acceptance(tmp_path: Path) -> None:
+def test_with_a_drafter_the_line_gives_its_digest_and_the_smoke_s_acceptance(tmp_path: Path) -> None:
     drafting = settings(engine={"kind": "exllamav3", "exllamav3": {"drafter": "/models/dflash2"}})
 
     def send(on_first_token: Callable[[], object]) -> dict[str, Any]:
         on_first_token()
         return {"ok": True, "text": "OK", "drafted": 12, "accepted": 9}
 
+    unfetched = startup(drafting, send, run=systemctl(1_000_000, 2_000_000), root=tmp_path, clock=lambda: 3.0)
+    no_manifest = "drafter /models/dflash2 (no manifest): 9 of 12 drafted tokens accepted (75%)"
+    assert unfetched.line().endswith(no_manifest)
+    folder = tmp_path / "models/dflash2"
+    folder.mkdir(parents=True)
+    (folder / "model.safetensors").write_bytes(b"drafter")
+    manifest = build_manifest(folder)
+    write_manifest(manifest, default_manifest_path(folder))  # what the weights stage leaves beside it
     found = startup(drafting, send, run=systemctl(1_000_000, 2_000_000), root=tmp_path, clock=lambda: 3.0)
-    assert found.line().endswith("drafter /models/dflash2: 9 of 12 drafted tokens accepted (75%)")
+    assert found.drafter_digest == manifest.digest
+    wanted = f"drafter /models/dflash2 (digest {manifest.digest[:12]}): 9 of 12 drafted tokens accepted (75%)"
+    assert found.line().endswith(wanted)
     silent = startup(drafting, smoke_at([0]), run=systemctl(1_000_000, 2_000_000), root=tmp_path)
-    assert silent.line().endswith("drafter /models/dflash2: drafts not reported by the engine")
+    assert silent.line().endswith(f"(digest {manifest.digest[:12]}): drafts not reported by the engine")
     plain = startup(gateway_on("0.0.0.0"), send, run=systemctl(1_000_000, 2_000_000), root=tmp_path)
     assert "drafter" not in plain.line()  # none configured: no acceptance line
 
