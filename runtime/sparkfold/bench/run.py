@@ -115,8 +115,9 @@ async def _sized(
         if prompts.prefill_tok_s:
             say(
                 f"prefill ≥ {prompts.prefill_tok_s:.0f} tok/s: prefill lengths "
-                f"{', '.join(map(str, sized.prefill_lengths or ()))}; reuse {sized.reuse_tokens} and "
-                f"{sized.system_tokens} tokens"
+                f"{', '.join(map(str, sized.prefill_lengths or ()))} (each started while the rate "
+                f"measured so far says it ends in the phase's {PHASE_SHARES['prefill'] * knobs.budget_s:.0f}"
+                f" s); reuse {sized.reuse_tokens} and {sized.system_tokens} tokens"
             )
     if not probe.ok or not rate:
         say(

@@ -8,7 +8,8 @@
   engine's first requests of a new batch size or prompt kind pay one-time costs (kernel compiles,
   autotuning, allocations) that are not its speed.
 - ``prefill``: one fresh prompt per length, from 8k tokens doubling up to the window: prompt
-  tokens / TTFT.
+  tokens / TTFT. A length is started only while the last measured rate says it ends before the
+  phase's deadline (the others are rows that say why they were skipped).
 - ``reuse``: the same long prompt sent twice (first visit, then the re-send), and two new
   conversations sharing one long system prompt: TTFT of each, and the cached tokens reported.
 - ``exact``: greedy replies sent one at a time, then all at once (burst), then each as the one
@@ -165,6 +166,16 @@ def prefill_lengths(window: int, given: tuple[int, ...] | None) -> list[int]:
     return lengths or [room // 4, room // 2, room]
 
 
+def _past_deadline(target: int, rate_tok_s: float, left_s: float) -> str | None:
+    """Why a ``target``-token prompt is not started with ``left_s`` to the deadline: none left, or
+    its prefill at the last measured rate would end past it (``None``: start it)."""
+    if left_s <= 0:
+        return "time limit"
+    if rate_tok_s and target / rate_tok_s > left_s:
+        return f"time limit: ~{target / rate_tok_s:,.0f} s at {rate_tok_s:,.0f} tok/s, {left_s:,.0f} s left"
+    return None
+
+
 async def _long(
     client: httpx.AsyncClient, endpoint: Endpoint, tokens: int, per_word: float, seed: int
 ) -> tuple[str, Reply]:
@@ -180,9 +191,10 @@ async def prefill(client: httpx.AsyncClient, endpoint: Endpoint, knobs: Knobs) -
     rows: list[dict[str, Any]] = []
     replies: list[Reply] = []
     deadline = time.perf_counter() + knobs.max_seconds
+    rate = 0.0  # the last measured length's tok/s
     with _bar(knobs, len(lengths), "prefill") as bar:
         for seed, target in enumerate(lengths):
-            skipped = "time limit" if time.perf_counter() >= deadline else None
+            skipped = _past_deadline(target, rate, deadline - time.perf_counter())
             if target > window - MARGIN_TOKENS:
                 skipped = f"does not fit the {window:,}-token window"
             if skipped:
@@ -193,11 +205,8 @@ async def prefill(client: httpx.AsyncClient, endpoint: Endpoint, knobs: Knobs) -
             replies.append(reply)
             row: dict[str, Any] = {"target_tokens": target, "prompt_tokens": reply.prompt_tokens}
             if reply.ok and reply.ttft_s:
-                row |= {
-                    "ttft_s": reply.ttft_s,
-                    "tok_s": (reply.prompt_tokens or target) / reply.ttft_s,
-                    "cached_tokens": reply.cached_tokens,
-                }
+                rate = (reply.prompt_tokens or target) / reply.ttft_s
+                row |= {"ttft_s": reply.ttft_s, "tok_s": rate, "cached_tokens": reply.cached_tokens}
             else:
                 row["error"] = reply.error
             rows.append(row)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import matplotlib.image
@@ -12,6 +14,8 @@ import pytest
 from click.testing import CliRunner
 from tests.fakes.scripted_engine import Script, ScriptedEngine, ServerThread
 
+from sparkfold.bench import suites
+from sparkfold.bench.client import Endpoint, Reply
 from sparkfold.bench.suites import prefill_lengths
 from sparkfold.cli import main
 
@@ -185,6 +189,51 @@ def test_prefill_runs_each_length_and_skips_what_does_not_fit(engine: tuple[Scri
     assert rows[2]["skipped"] == "does not fit the 8,192-token window"
     sizes = [len(r["messages"][0]["content"].split()) for r in chats(fake)]
     assert sizes[0] == pytest.approx(1024, abs=5) and sizes[1] == pytest.approx(2048, abs=5)
+
+
+# TTFT by prompt length of `sparkfold bench --suite prefill` against the engine server on a lent H100
+# with the 1,048,576-token window (docs/data/h100-2026-12-06/cli-bench-window.json, rounded)
+H100_TTFT_S = {
+    8192: 0.24,
+    16384: 0.72,
+    32768: 1.06,
+    65536: 1.14,
+    131072: 1.79,
+    262144: 4.13,
+    524288: 6.17,
+    1_048_320: 17.34,
+}
+
+
+def prefill_on_the_h100(monkeypatch: pytest.MonkeyPatch, max_seconds: float) -> list[dict[str, Any]]:
+    """The prefill suite's rows against an endpoint that takes the H100's TTFTs, on a fake clock."""
+    clock = [0.0]
+
+    async def long_prompt(client: Any, endpoint: Endpoint, tokens: int, per_word: float, seed: int) -> Any:
+        clock[0] += H100_TTFT_S[tokens]
+        return "", Reply(ok=True, ttft_s=H100_TTFT_S[tokens], prompt_tokens=tokens)
+
+    async def one_token_a_word(client: Any, model: str) -> float:
+        return 1.0
+
+    monkeypatch.setattr(suites, "_long", long_prompt)
+    monkeypatch.setattr(suites, "tokens_per_word", one_token_a_word)
+    monkeypatch.setattr(suites, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    knobs = suites.Knobs(max_seconds=max_seconds, progress=False)
+    endpoint = Endpoint(url="http://127.0.0.1:1", model="glm", window=1_048_576)
+    return asyncio.run(suites.prefill(None, endpoint, knobs))["rows"]  # type: ignore[arg-type]
+
+
+def test_prefill_goes_on_to_the_window_while_the_measured_rate_says_the_next_length_fits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the default budget's prefill share (96 s): every length to the window (it stopped at 128k)
+    rows = prefill_on_the_h100(monkeypatch, 96.0)
+    assert [r["target_tokens"] for r in rows if "tok_s" in r] == list(H100_TTFT_S)
+    # 4.75 s left after 512k, which went at ~85k tok/s: the window's ~12 s is not started
+    rows = prefill_on_the_h100(monkeypatch, 20.0)
+    assert [r["target_tokens"] for r in rows if "tok_s" in r] == list(H100_TTFT_S)[:-1]
+    assert rows[-1]["skipped"] == "time limit: ~12 s at 84,974 tok/s, 5 s left"
 
 
 def test_prefill_lengths_double_from_8k_up_to_the_window() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from sparkfold.bench.plan import Plan, plan
+from sparkfold.bench.suites import prefill_lengths
 
 
 def test_a_fast_endpoint_keeps_the_recipes_sizes() -> None:
@@ -35,7 +36,7 @@ def test_no_measured_rate_leaves_the_defaults() -> None:
     assert plan(0.0, 480, Plan(), frozenset(), exact_requests=4) == Plan()
 
 
-def test_long_prompts_drop_the_longest_lengths_then_shrink_to_fit() -> None:
+def test_long_prompts_keep_every_length_and_shrink_only_the_first_two_to_fit() -> None:
     from sparkfold.bench.plan import long_prompts
 
     roomy = long_prompts(10_000.0, 480, [8192, 16384, 32768], 65_536, 7_900)
@@ -44,7 +45,9 @@ def test_long_prompts_drop_the_longest_lengths_then_shrink_to_fit() -> None:
         7_900,
     )
     slow = long_prompts(75.0, 480, [1984, 3968, 7936], 65_536, 7_900)  # 96 s of prefill: 7,200 tokens
-    assert slow.prefill_lengths == (1984, 3968)
+    assert slow.prefill_lengths == (1984, 3968, 7936)  # the suite skips 7,936 once it has measured
     assert (slow.reuse_tokens, slow.system_tokens) == (2000, 1000)
+    window = prefill_lengths(1_048_576, None)  # a lent H100's probe: ~4k tok/s, 60-80k on long prompts
+    assert long_prompts(4_000.0, 480, window, 65_536, 7_900).prefill_lengths == tuple(window)
     crawl = long_prompts(5.0, 480, [1984, 3968, 7936], 65_536, 7_900)
     assert len(crawl.prefill_lengths) == 2 and sum(crawl.prefill_lengths) <= 480
