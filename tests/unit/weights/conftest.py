@@ -3,7 +3,6 @@ the real Hub and the user's cache."""
 
 from __future__ import annotations
 
-import random
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,19 +12,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fakes"))
 
 from fake_hub import FakeHub, FakeRepo
-
-COMMIT = "0123456789abcdef0123456789abcdef01234567"
-
-
-def model_files() -> dict[str, bytes]:
-    """A small model: two JSON files outside LFS, two LFS shards (one in a folder)."""
-    rng = random.Random(7)
-    return {
-        "config.json": b'{"model_type": "glm"}\n',
-        "tokenizer_config.json": b'{"eos_token": "<|endoftext|>"}\n',
-        "model-00001-of-00002.safetensors": rng.randbytes(300_000),
-        "shards/model-00002-of-00002.safetensors": rng.randbytes(200_000),
-    }
+from weights_fakes import COMMIT, model_files
 
 
 @pytest.fixture(autouse=True)
@@ -51,10 +38,3 @@ def repo() -> FakeRepo:
 def hub(repo: FakeRepo) -> Iterator[FakeHub]:
     with FakeHub(repo) as running:
         yield running
-
-
-def write_tree(root: Path, files: dict[str, bytes]) -> Path:
-    for rel, data in files.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_bytes(data)
-    return root

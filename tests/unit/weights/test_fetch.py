@@ -8,8 +8,9 @@ import os
 from pathlib import Path
 
 import pytest
+from fake_hub import FakeHub, FakeRepo
+from weights_fakes import COMMIT, model_files
 
-from conftest import COMMIT, FakeHub, FakeRepo, model_files
 from sparkfold.weights import (
     DiskSpaceError,
     HubError,

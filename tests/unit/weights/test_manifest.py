@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
+from weights_fakes import model_files, write_tree
 
-from conftest import model_files, write_tree
 from sparkfold.weights import (
     ManifestError,
     build_manifest,

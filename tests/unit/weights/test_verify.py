@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import model_files, write_tree
+from weights_fakes import model_files, write_tree
+
 from sparkfold.weights import Manifest, build_manifest, verify_dir
 from sparkfold.weights.verify import Mismatch
 
