@@ -566,7 +566,10 @@ class ApiSettings(_Section):
         1024, ge=1, le=1_000_000, description="finished /v1/responses kept in memory for GET and continuation"
     )
     max_stored_response_mib: float = Field(
-        4, gt=0, description="largest stored response (its JSON with the conversation; media are not kept)"
+        16,
+        gt=0,
+        description="largest stored response (its JSON with the conversation; media are not kept): "
+        "a 1,048,576-token conversation of JSON-escaped non-ASCII text is ~9 MiB",
     )
     max_store_mib: float = Field(256, gt=0, description="all stored responses together; oldest dropped first")
     max_text_body_mib: float = Field(

@@ -217,11 +217,7 @@ class App:
             messages=MessagesServing(chat=chat, engine=engine),
             responses=ResponsesServing(
                 chat=chat,
-                store=ResponseStore(
-                    api.max_stored_responses,
-                    max_entry_bytes=int(api.max_stored_response_mib * (1 << 20)),
-                    max_bytes=int(api.max_store_mib * (1 << 20)),
-                ),
+                store=ResponseStore.from_settings(api),
             ),
             health=HealthServing(
                 engine=engine,

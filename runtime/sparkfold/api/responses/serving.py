@@ -8,7 +8,7 @@ from sparkfold.api.context import CallContext
 from sparkfold.api.errors import ApiError, NotFound
 from sparkfold.api.openai.serving import ChatServing, log_ignored
 from sparkfold.api.responses.protocol import ResponsesRequest
-from sparkfold.api.responses.store import ResponseStore
+from sparkfold.api.responses.store import MIB, ResponseStore
 from sparkfold.api.responses.stream import responses_sse
 from sparkfold.api.responses.translate import instructions_of, output_items, response_object, to_chat
 from sparkfold.asgi import EventStream
@@ -30,10 +30,7 @@ class ResponsesServing:
         if request.previous_response_id is not None:
             found = self.store.conversation(request.previous_response_id, tenant=call.tenant)
             if found is None:
-                return NotFound(
-                    f"no stored response {request.previous_response_id!r} (it expired or was never stored)",
-                    param="previous_response_id",
-                )
+                return self._missing(request.previous_response_id, call, "previous_response_id")
             history = found
         chat_request = to_chat(request, history)
         if isinstance(chat_request, ApiError):
@@ -91,13 +88,20 @@ class ResponsesServing:
 
     def get(self, response_id: str, call: CallContext) -> dict[str, Any] | ApiError:
         found = self.store.get(response_id, tenant=call.tenant)
-        return (
-            found
-            if found is not None
-            else NotFound(f"no stored response {response_id!r}", param="response_id")
-        )
+        return found if found is not None else self._missing(response_id, call, "response_id")
 
     def delete(self, response_id: str, call: CallContext) -> dict[str, Any] | ApiError:
         if not self.store.delete(response_id, tenant=call.tenant):
-            return NotFound(f"no stored response {response_id!r}", param="response_id")
+            return self._missing(response_id, call, "response_id")
         return {"id": response_id, "object": "response", "deleted": True}
+
+    def _missing(self, response_id: str, call: CallContext, param: str) -> NotFound:
+        """404 for a response this key cannot find, saying why when it was too large to keep."""
+        size = self.store.refused(response_id, tenant=call.tenant)
+        why = (
+            f"it was answered but not stored: {size / MIB:.1f} MiB with its conversation, past "
+            "api.max_stored_response_mib; send the whole conversation as input instead"
+            if size is not None
+            else "it expired, was deleted or was never stored"
+        )
+        return NotFound(f"no stored response {response_id!r} ({why})", param=param)

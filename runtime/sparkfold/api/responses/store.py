@@ -1,7 +1,9 @@
 """A bounded in-memory store of finished responses (for GET/DELETE and ``previous_response_id``).
 
 Bounded three ways: a count, the bytes of one entry and the bytes of all of them (an entry's size
-is the length of its JSON: the response and the conversation behind it). Pictures and videos in
+is the length of its JSON: the response and the conversation behind it), as ``[api]`` sets them
+(:meth:`ResponseStore.from_settings`). A response answered but too large to keep is remembered by
+its id alone, so that continuing it says why it is missing. Pictures and videos in
 the conversation are replaced by a text note before it is kept, so a continuation costs text, not
 media. Every entry belongs to the tenant that made it (the digest of its API key, see
 :mod:`sparkfold.api.keys`); another tenant cannot see, continue or delete it, and is told it does
@@ -14,21 +16,16 @@ import json
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = [
-    "DEFAULT_MAX_BYTES",
-    "DEFAULT_MAX_ENTRIES",
-    "DEFAULT_MAX_ENTRY_BYTES",
-    "MEDIA_NOTE",
-    "ResponseStore",
-]
+if TYPE_CHECKING:
+    from sparkfold.config import ApiSettings
+
+__all__ = ["MEDIA_NOTE", "MIB", "ResponseStore"]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_ENTRIES = 1024
-DEFAULT_MAX_ENTRY_BYTES = 4 << 20
-DEFAULT_MAX_BYTES = 256 << 20
+MIB = 1 << 20
 MEDIA_PARTS = frozenset({"image_url", "video_url", "input_image", "image", "input_file"})
 MEDIA_NOTE = "[a picture or video was sent here; the stored conversation does not keep it]"
 
@@ -55,13 +52,7 @@ def _without_media(message: dict[str, Any]) -> dict[str, Any]:
 class ResponseStore:
     """Keeps the newest responses, with the chat messages that led to them, per tenant."""
 
-    def __init__(
-        self,
-        max_entries: int = DEFAULT_MAX_ENTRIES,
-        *,
-        max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES,
-        max_bytes: int = DEFAULT_MAX_BYTES,
-    ) -> None:
+    def __init__(self, max_entries: int, *, max_entry_bytes: int, max_bytes: int) -> None:
         if min(max_entries, max_entry_bytes, max_bytes) < 1:
             raise ValueError("max_entries, max_entry_bytes and max_bytes must be positive")
         self.max_entries = max_entries
@@ -69,6 +60,17 @@ class ResponseStore:
         self.max_bytes = max_bytes
         self.bytes = 0
         self._items: OrderedDict[str, _Entry] = OrderedDict()
+        self._refused: OrderedDict[str, tuple[str, int]] = OrderedDict()  # id: (tenant, size)
+
+    @classmethod
+    def from_settings(cls, api: ApiSettings) -> ResponseStore:
+        """The store ``[api]`` asks for: ``max_stored_responses``, ``max_stored_response_mib`` and
+        ``max_store_mib``."""
+        return cls(
+            api.max_stored_responses,
+            max_entry_bytes=int(api.max_stored_response_mib * MIB),
+            max_bytes=int(api.max_store_mib * MIB),
+        )
 
     def __repr__(self) -> str:
         return f"ResponseStore({len(self._items)}/{self.max_entries}, {self.bytes}/{self.max_bytes} bytes)"
@@ -82,6 +84,9 @@ class ResponseStore:
         size = len(json.dumps(response, default=str)) + len(json.dumps(kept, default=str))
         if size > self.max_entry_bytes:
             log.info("response not stored: larger than api.max_stored_response_mib", extra={"bytes": size})
+            self._refused[response["id"]] = (tenant, size)
+            while len(self._refused) > self.max_entries:
+                self._refused.popitem(last=False)
             return False
         if (replaced := self._items.pop(response["id"], None)) is not None:
             self.bytes -= replaced.size
@@ -95,6 +100,11 @@ class ResponseStore:
     def _entry(self, response_id: str, tenant: str) -> _Entry | None:
         entry = self._items.get(response_id)
         return entry if entry is not None and entry.tenant == tenant else None
+
+    def refused(self, response_id: str, *, tenant: str = "") -> int | None:
+        """The size in bytes of ``response_id`` when it was answered but not kept for its size."""
+        tenant_and_size = self._refused.get(response_id)
+        return tenant_and_size[1] if tenant_and_size and tenant_and_size[0] == tenant else None
 
     def get(self, response_id: str, *, tenant: str = "") -> dict[str, Any] | None:
         entry = self._entry(response_id, tenant)
