@@ -134,7 +134,7 @@ for step in $STEPS; do
         continue
       fi
       log "benchmark ($step), bench-size fixture"
-      timeout "${BENCH_LARGE_TIMEOUT:-240}" python3 tests/bench/exllamav3_bench.py "$LARGE" \
+      timeout "${BENCH_LARGE_TIMEOUT:-300}" python3 tests/bench/exllamav3_bench.py "$LARGE" \
         --json "$OUT/$step.json" ${BENCH_ARGS:-} 2>&1 | tee -a "$OUT/$step.log" | tail -20 || rc=1 ;;
     none) ;;
     *) log "unknown step $step (tests bench long bench-large bench-large2 bench-q bench-q2 profile profile-q ab cli-bench cli-bench-window none)"; rc=1 ;;
