@@ -64,11 +64,7 @@ async def _run(
         expected = _expected(knobs, result.get("plan"), suites)
         for n, name in enumerate(suites):
             started = time.perf_counter()
-            phase = knobs
-            if knobs.budget_s > 0:
-                phase = replace(
-                    knobs, max_seconds=min(knobs.max_seconds, PHASE_SHARES[name] * knobs.budget_s)
-                )
+            phase = replace(knobs, max_seconds=_phase_seconds(knobs, name))
             suite = await run_suite(name, client, endpoint, phase)
             result["suites"][name] = suite | {"seconds": round(time.perf_counter() - started, 2)}
             on_suite(result)
@@ -116,8 +112,8 @@ async def _sized(
             say(
                 f"prefill ≥ {prompts.prefill_tok_s:.0f} tok/s: prefill lengths "
                 f"{', '.join(map(str, sized.prefill_lengths or ()))} (each started while the rate "
-                f"measured so far says it ends in the phase's {PHASE_SHARES['prefill'] * knobs.budget_s:.0f}"
-                f" s); reuse {sized.reuse_tokens} and {sized.system_tokens} tokens"
+                f"measured so far says it ends in the phase's {_phase_seconds(knobs, 'prefill'):.0f} s); "
+                f"reuse {sized.reuse_tokens} and {sized.system_tokens} tokens"
             )
     if not probe.ok or not rate:
         say(
@@ -159,6 +155,13 @@ async def _sized_prompts(
         reuse_tokens=knobs.reuse_tokens if "reuse_tokens" in fixed else sized.reuse_tokens,
         system_tokens=knobs.system_tokens if "system_tokens" in fixed else sized.system_tokens,
     ), sized
+
+
+def _phase_seconds(knobs: Knobs, name: str) -> float:
+    """A phase's deadline: ``--max-seconds``, within its share of a time budget when there is one."""
+    if knobs.budget_s > 0:
+        return min(knobs.max_seconds, PHASE_SHARES[name] * knobs.budget_s)
+    return knobs.max_seconds
 
 
 def _expected(knobs: Knobs, sized: dict[str, Any] | None, suites: list[str]) -> dict[str, float]:
