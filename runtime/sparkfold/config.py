@@ -183,6 +183,11 @@ class Exllamav3Settings(_Section):
         "0 = one window",
     )
     stop_on_loop: bool = Field(False, description="end a reply that loops (exllamav3's loop guard)")
+    warmup: bool = Field(
+        True,
+        description="run exllamav3's warm-up at start (Triton compiles, GEMM autotuning, the decode "
+        "paths' workspaces) so the first requests do not pay them; the start takes longer",
+    )
 
     @model_validator(mode="after")
     def _drafts(self) -> Exllamav3Settings:

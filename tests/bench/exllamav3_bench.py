@@ -10,8 +10,9 @@ turns (server, direct, server, direct … at each level), so both see the same G
    ratio = server / direct;
 3. prefix reuse through the server: TTFT of a long prompt sent twice (speedup = first / second).
 
-Before its first measured round at a level, each side runs one short warm-up round at that
-level (first-use allocations and kernel choices are not what is measured); then ``--rounds``
+Both sides run exllamav3's ``Model.warmup`` after loading (the server at its start), and before
+its first measured round at a level, each side runs one short warm-up round at that level
+(first-use allocations and kernel choices are not what is measured); then ``--rounds``
 measured rounds each, taking turns; each side's median tokens/s and median TTFT count. Every
 prompt is new to its side (no prefix reuse between rounds; a round pair sends both sides the same
 prompts). Every request generates exactly ``--tokens`` tokens, greedy: ``ignore_eos`` on the
@@ -66,6 +67,7 @@ class Direct(GeneratorLoop):
         self.model = exl.Model.from_config(config)
         self.cache = exl.Cache(self.model, max_num_tokens=POOL_TOKENS, max_batch_size=max(LEVELS))
         self.model.load(max_batch_size=max(LEVELS))
+        self.model.warmup(cache=self.cache, max_batch_size=max(LEVELS), max_q_len=1)  # as the server does
         generator = exl.Generator(
             self.model, self.cache, exl.Tokenizer.from_config(config), max_batch_size=max(LEVELS)
         )

@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 from gpu_engine import VIDEO_LIMITS, Results, start_engine
+from tests.integration.engine_procs import EngineProcess
 
 
 def _cuda() -> bool:
@@ -50,7 +51,9 @@ def results() -> Results:
 
 
 @pytest.fixture(scope="session")
-def engine(tmp_path_factory: pytest.TempPathFactory, exl3_model: Path) -> Iterator[str]:
+def engine_process(
+    tmp_path_factory: pytest.TempPathFactory, exl3_model: Path
+) -> Iterator[tuple[str, EngineProcess]]:
     """The plain engine (no drafts) as configured by default, in an engine core; KDA checkpoints
     every 2048 prompt tokens so prefixes resume; small clip limits (``VIDEO_LIMITS``)."""
     url, proc = start_engine(
@@ -61,9 +64,15 @@ def engine(tmp_path_factory: pytest.TempPathFactory, exl3_model: Path) -> Iterat
         prefill_checkpoint_interval=2048,
     )
     try:
-        yield url
+        yield url, proc
     finally:
         proc.stop()
+
+
+@pytest.fixture(scope="session")
+def engine(engine_process: tuple[str, EngineProcess]) -> str:
+    """The URL of ``engine_process``."""
+    return engine_process[0]
 
 
 @pytest.fixture(scope="session")

@@ -17,6 +17,7 @@ import base64
 import io
 import json
 import random
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -27,6 +28,7 @@ import jsonschema
 import pytest
 from gpu_engine import Results, start_engine
 from PIL import Image
+from tests.integration.engine_procs import EngineProcess
 
 from sparkfold import conformance
 
@@ -82,6 +84,19 @@ def test_conformance_passes(engine: str) -> None:
     checks = conformance.run(engine, model="glm")
     failed = [f"{c.name}: {c.detail}" for c in checks if c.required and not c.passed]
     assert not failed, failed
+
+
+def test_the_engine_warmed_up_before_it_said_ready(
+    engine_process: tuple[str, EngineProcess], results: Results
+) -> None:
+    """exllamav3's ``Model.warmup`` ran at load, every pass of it (the exactness tests after it
+    show it left the pool clean)."""
+    log = engine_process[1].output()
+    assert "exllamav3's warm-up:" in log, log[-3000:]
+    assert "pass(es) raised" not in log, log[-3000:]
+    loaded = re.search(r"'warmup_s': ([0-9.]+), 'warmup_failed': \[\]", log)
+    assert loaded, log[-3000:]
+    results.record("warmup_s", float(loaded[1]))
 
 
 def test_health_and_metrics_report_the_pool(client: httpx.Client) -> None:

@@ -95,6 +95,42 @@ def test_without_cuda_the_engine_says_so() -> None:
         backend.import_exllamav3()
 
 
+class WarmingModel:
+    """Records ``Model.warmup``'s arguments; returns the labels of passes that raised."""
+
+    def __init__(self, failed: list[str] | None = None) -> None:
+        self.calls: list[dict[str, Any]] = []
+        self.failed = failed or []
+
+    def warmup(self, **kwargs: Any) -> list[str]:
+        self.calls.append(kwargs)
+        return self.failed
+
+
+def test_the_engine_warms_exllamav3_up_with_its_own_shapes() -> None:
+    model, cache = WarmingModel(), object()
+    settings = EngineSettings(model="/m", kind="exllamav3", parallel=4, exllamav3={"chunk_tokens": 4096})
+    warmed = backend.warm_up(model, cache, settings, draft_size=4)
+    assert model.calls == [{"cache": cache, "max_chunk_size": 4096, "max_batch_size": 4, "max_q_len": 5}]
+    assert warmed["warmup_failed"] == [] and warmed["warmup_s"] >= 0
+
+
+def test_a_warm_up_pass_that_raised_is_a_warning_not_a_failed_start(caplog: pytest.LogCaptureFixture) -> None:
+    model = WarmingModel(failed=["long context 2048, 2048 token(s) at 0"])
+    settings = EngineSettings(model="/m", kind="exllamav3")
+    with caplog.at_level("WARNING"):
+        warmed = backend.warm_up(model, object(), settings, draft_size=0)
+    assert warmed["warmup_failed"] == ["long context 2048, 2048 token(s) at 0"]
+    assert model.calls[0]["max_q_len"] == 1
+    assert "1 pass(es) raised (long context 2048" in caplog.text
+
+
+def test_warmup_false_leaves_first_use_costs_to_the_first_requests() -> None:
+    model = WarmingModel()
+    settings = EngineSettings(model="/m", kind="exllamav3", exllamav3={"warmup": False})
+    assert backend.warm_up(model, object(), settings, draft_size=0) == {} and model.calls == []
+
+
 # --- a fake exllamav3 -----------------------------------------------------------------------------
 
 

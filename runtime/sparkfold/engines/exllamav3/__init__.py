@@ -9,7 +9,7 @@ exactly as for the CPU engine, so the gateway cannot tell the two apart. One mod
 ``logprobs``      exllamav3's per-token probabilities as log-probabilities
 ``vision``        pictures and video clips: their placeholder runs and embeddings
 ``generator``     the engine thread over exllamav3's generator(s)
-``loading``       :func:`load`: model, drafts, vision tower, pools, generator
+``loading``       :func:`load`: model, drafts, vision tower, pools, warm-up, generator
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 from sparkfold.engines.exllamav3.availability import Exllamav3Unavailable, import_exllamav3
 from sparkfold.engines.exllamav3.generator import Exllamav3Generator, Lane
 from sparkfold.engines.exllamav3.jobs import job_for, matcher_filter, sampler_for, stop_ids
-from sparkfold.engines.exllamav3.loading import Loaded, load
+from sparkfold.engines.exllamav3.loading import Loaded, load, warm_up
 from sparkfold.engines.exllamav3.sizing import (
     PAGE_TOKENS,
     PoolTooSmall,
@@ -55,5 +55,6 @@ __all__ = [
     "sampler_for",
     "splice_embeddings",
     "stop_ids",
+    "warm_up",
     "weight_bytes",
 ]

@@ -3,7 +3,8 @@
 :func:`load` builds exllamav3's dynamic generator over ONE paged KV pool and hands back an
 :class:`~sparkfold.engines.exllamav3.generator.Exllamav3Generator`. The pool is sized by
 :mod:`~sparkfold.engines.exllamav3.sizing`, so a request is refused (400 too long for the window,
-503 every lane busy) rather than running the GPU out of memory.
+503 every lane busy) rather than running the GPU out of memory. Before the generator is built,
+:func:`warm_up` runs exllamav3's own warm-up, so the first requests do not pay first-use costs.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from sparkfold.engines.exllamav3.sizing import (
 )
 from sparkfold.engines.exllamav3.vision import VisionPreprocessor
 
-__all__ = ["Loaded", "front", "load"]
+__all__ = ["Loaded", "front", "load", "warm_up"]
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,39 @@ def _draft_size(settings: Exllamav3Settings, draft_model: Any) -> int:
     if draft_model is not None:
         return int(draft_model.caps.get("default_draft_size", 4))
     return 4 if settings.ngram else 0
+
+
+def warm_up(model: Any, cache: Any, settings: EngineSettings, draft_size: int) -> dict[str, Any]:
+    """exllamav3's own warm-up of the loaded model, when ``[engine.exllamav3] warmup`` is on: what
+    the load plan records (``warmup_s``, ``warmup_failed``), empty when off.
+
+    ``Model.warmup`` (exllamav3/model/model.py, 1.6.5) runs a short schedule of forward passes (single
+    rows of 1 to 64 tokens, one prefill chunk, a batched decode family, a long-context family) that
+    compiles the Triton kernels, runs the GEMM autotuner and sizes the graph-captured decode paths'
+    workspaces; exllamav3 asks for it after ``load()`` and before a generator is attached to the
+    cache, as its passes write into the cache's leading pages. A pass that raises is reported and
+    skipped by exllamav3; the engine still serves, those shapes pay their costs on first use.
+    """
+    if not settings.exllamav3.warmup:
+        return {}
+    started = time.monotonic()
+    failed = model.warmup(
+        cache=cache,
+        max_chunk_size=settings.exllamav3.chunk_tokens,
+        max_batch_size=settings.parallel,
+        max_q_len=draft_size + 1,
+    )
+    seconds = round(time.monotonic() - started, 1)
+    if failed:
+        log.warning(
+            "exllamav3's warm-up: %d pass(es) raised (%s); those shapes pay their first-use costs in "
+            "the first requests",
+            len(failed),
+            "; ".join(failed),
+        )
+    else:
+        log.info("exllamav3's warm-up: %.1f s", seconds)
+    return {"warmup_s": seconds, "warmup_failed": list(failed)}
 
 
 def _glm_chat(
@@ -219,6 +253,7 @@ def load(settings: EngineSettings, on_fatal: Callable[[str], None] | None = None
     model.load(tensor_p=devices > 1, draft_model=draft_model, **load_args)
     if vision_model is not None:
         vision_model.load(device="cuda:0")
+    warmed = warm_up(model, caches["main"], settings, draft_size)
     exl_tokenizer = exl.Tokenizer.from_config(config)
     tokenizer = AutoTokenizer.from_pretrained(str(directory))
     common = {
@@ -288,5 +323,6 @@ def load(settings: EngineSettings, on_fatal: Callable[[str], None] | None = None
         "plain_pool_tokens": plain_tokens,
         "bytes_per_token": per_token,
         "window": window,
+        **warmed,
     }
     return Loaded(generator, pool, time.monotonic() - started, plan)
