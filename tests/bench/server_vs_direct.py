@@ -11,7 +11,8 @@ server, direct …), each pair on the same prompts, so drift on the machine hits
 Reported per level: each side's median tok/s and TTFT with the lowest and highest round, and the
 ratio = server / direct as the median of the per-round ratios (each server round over the direct
 round right after it) with its lowest and highest; no ratio is printed (``–``) where the rounds
-spread wider than the ratio's distance from 1 (:func:`verdict`). ``--compare A.json B.json``
+spread wider than the ratio's distance from 1, and ``≈ 1`` where every round is within ±5 % of
+parity (:func:`verdict`). ``--compare A.json B.json``
 sets two runs side by side, level by level, and calls them agreeing within ±5 %.
 
 The defaults (384 tokens, 4 rounds) are what it takes on the H200's bench-size fixture for two
@@ -160,12 +161,20 @@ def _ratios(runs: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
     }
 
 
+AGREE = 0.05
+"""Two runs agree at a level when their ratios are within ±5 % of each other; a range within ±5 %
+of 1 is parity."""
+
+
 def verdict(ratio: float, low: float, high: float, equal_work: bool = True) -> str:
-    """The ratio with its range, or ``–`` and why not: the two sides did different work, or the
-    runs spread wider than the effect (half the range > the ratio's distance from 1, or the range
-    holds 1: the runs do not agree on which side is faster)."""
+    """The ratio with its range; ``≈ 1`` when the whole range lies within ±``AGREE`` of 1 (the
+    sides are at parity to the precision the runs have); or ``–`` and why not: the two sides did
+    different work, or the runs spread wider than the effect (half the range > the ratio's distance
+    from 1, or the range holds 1: the runs do not agree on which side is faster)."""
     if not equal_work:
         return "– (unequal work)"
+    if 1 - AGREE <= low and high <= 1 + AGREE:
+        return f"≈ 1 ({low:.2f}–{high:.2f}: parity within ±{AGREE:.0%})"
     if (high - low) / 2 > abs(ratio - 1) or low <= 1 <= high:
         return f"– ({low:.2f}–{high:.2f}: spread > effect)"
     return f"{ratio:.2f} ({low:.2f}–{high:.2f})"
@@ -259,10 +268,6 @@ def parse_levels(parser: argparse.ArgumentParser, text: str) -> list[int]:
     if not at or any(n < 1 or n > max(LEVELS) for n in at):
         parser.error(f"--levels: a comma-separated list of concurrencies from 1 to {max(LEVELS)}")
     return at
-
-
-AGREE = 0.05
-"""Two runs agree at a level when their ratios are within ±5 % of each other."""
 
 
 def compare(paths: Sequence[Path]) -> list[str]:
