@@ -173,7 +173,7 @@ def verdict(ratio: float, low: float, high: float, equal_work: bool = True) -> s
     from 1, or the range holds 1: the runs do not agree on which side is faster)."""
     if not equal_work:
         return "– (unequal work)"
-    if 1 - AGREE <= low and high <= 1 + AGREE:
+    if low >= 1 - AGREE and high <= 1 + AGREE:
         return f"≈ 1 ({low:.2f}–{high:.2f}: parity within ±{AGREE:.0%})"
     if (high - low) / 2 > abs(ratio - 1) or low <= 1 <= high:
         return f"– ({low:.2f}–{high:.2f}: spread > effect)"

@@ -49,6 +49,7 @@ from sparkfold.api.state import Gateway
 from sparkfold.api.upstream import Connect, Engine
 from sparkfold.asgi import PACING_KEY, Pacing, methods_on
 from sparkfold.config import Settings
+from sparkfold.units import MIB
 
 __all__ = ["GENERATING_PATHS", "OPEN_PATHS", "TOKENIZING_PATHS", "App", "build_stack", "create_app"]
 
@@ -79,8 +80,8 @@ def build_stack(app: ASGIApp, gateway: Gateway, settings: Settings) -> ASGIApp:
     app = Admission(app, lanes=gateway.lanes, paths=GENERATING_PATHS, metrics=gateway.metrics)
     app = Admission(app, lanes=gateway.tokenizer_lanes, paths=TOKENIZING_PATHS, metrics=gateway.metrics)
     # before admission: a too-large body is refused before it is buffered for the queue
-    shape = BodyShape(max_text_bytes=int(api.max_text_body_mib * (1 << 20)), max_values=api.max_json_values)
-    app = BodyLimit(app, max_bytes=int(api.max_body_mib * (1 << 20)), shape=shape)
+    shape = BodyShape(max_text_bytes=int(api.max_text_body_mib * MIB), max_values=api.max_json_values)
+    app = BodyLimit(app, max_bytes=int(api.max_body_mib * MIB), shape=shape)
     # before the body is read at all: unauthenticated clients cost nothing
     app = Auth(app, keys=gateway.keys, required=api.keys_required, open_paths=OPEN_PATHS)
     # sees every final status, 401/413/429 included

@@ -23,6 +23,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from sparkfold.units import MIB
+
 __all__ = ["PRECISE_STRINGS", "BodyShape", "data_url_bytes", "values_outside_strings"]
 
 _DATA_URL = b'"data:'
@@ -73,8 +75,8 @@ class BodyShape:
             text = len(body) - data_url_bytes(body)
             if text > self.max_text_bytes:
                 return (
-                    f"the request carries {text / (1 << 20):.1f} MiB besides its pictures and videos; "
-                    f"at most {self.max_text_bytes / (1 << 20):g} MiB (api.max_text_body_mib): "
+                    f"the request carries {text / MIB:.1f} MiB besides its pictures and videos; "
+                    f"at most {self.max_text_bytes / MIB:g} MiB (api.max_text_body_mib): "
                     "send less text or fewer tools"
                 )
         values = _values(body)

@@ -16,10 +16,9 @@ from typing import Any
 from sparkfold.api.errors import ClientError, LimitExceeded
 from sparkfold.config import ApiSettings
 from sparkfold.glm.messages import IMAGE_PART_TYPES, VIDEO_PART_TYPES
+from sparkfold.units import MIB
 
 __all__ = ["MediaLimits", "check_media"]
-
-_MIB = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -33,9 +32,9 @@ class MediaLimits:
     def of(cls, api: ApiSettings) -> MediaLimits:
         return cls(
             max_images=api.max_images,
-            max_image_bytes=int(api.max_image_mib * _MIB),
+            max_image_bytes=int(api.max_image_mib * MIB),
             max_videos=api.max_videos,
-            max_video_bytes=int(api.max_video_mib * _MIB),
+            max_video_bytes=int(api.max_video_mib * MIB),
         )
 
 
@@ -84,7 +83,7 @@ def check_media(messages: Sequence[Any], limits: MediaLimits) -> ClientError | N
                 )
             if size is not None and size > size_limit:
                 return LimitExceeded(
-                    f"{where} is {size / _MIB:.1f} MiB; at most {size_limit / _MIB:g} MiB each "
+                    f"{where} is {size / MIB:.1f} MiB; at most {size_limit / MIB:g} MiB each "
                     f"({size_key}): send it smaller",
                     param=where,
                 )

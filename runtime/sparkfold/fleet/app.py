@@ -33,6 +33,7 @@ from sparkfold.api.middleware import Auth, BodyLimit, RequestId, ServerErrors
 from sparkfold.fleet.pairs import FleetView
 from sparkfold.fleet.proxy import Upstream
 from sparkfold.fleet.settings import FleetSettings, read_secret
+from sparkfold.units import MIB
 
 __all__ = ["OPEN_PATHS", "ROUTED", "FleetApp"]
 
@@ -76,7 +77,7 @@ class FleetApp:
             Route("/{path:path}", self._to_router, methods=["GET", "POST", "DELETE"]),
         ]
         app: ASGIApp = Starlette(routes=routes, lifespan=lifespan)
-        app = BodyLimit(app, max_bytes=int(front.max_body_mib * (1 << 20)))
+        app = BodyLimit(app, max_bytes=int(front.max_body_mib * MIB))
         app = Auth(app, keys=self.keys, required=front.keys_required, open_paths=OPEN_PATHS)
         app = RequestId(app)
         self._stack = ServerErrors(app)

@@ -27,6 +27,7 @@ from PIL import Image
 from sparkfold.glm.errors import MediaError, without_addresses
 from sparkfold.glm.messages import IMAGE_PART_TYPES, VIDEO_PART_TYPES, normalise_messages
 from sparkfold.glm.tokens import BEGIN_OF_IMAGE, END_OF_IMAGE, IMAGE, VIDEO
+from sparkfold.units import MIB
 
 __all__ = [
     "DecodedMedia",
@@ -39,7 +40,6 @@ __all__ = [
     "vision_inputs",
 ]
 
-MIB = 1024 * 1024
 _DATA_URL = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[^;,]*)*?)(?P<b64>;base64)?,", re.I)
 
 

@@ -30,6 +30,7 @@ from sparkfold.node.firewall import FirewallVerdict
 from sparkfold.node.packetfilter import Need, needs_for, parse_iptables_save, parse_nft_json
 from sparkfold.node.packetfilter import judge as judge_rules
 from sparkfold.node.ufw import judge
+from sparkfold.units import GIB
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -47,7 +48,6 @@ UNITS = ("sparkfold-engine", "sparkfold-api")
 JOURNAL_LINES = 20
 _TOKEN = re.compile(r"\b(?:hf_[A-Za-z0-9]{8,}|sk-[A-Za-z0-9_-]{8,})")
 _ASSIGNED = re.compile(r"(?i)\b(bearer|token|api[_-]?key|password)([=: ]+)(\S+)")
-_GIB = 1024**3
 
 
 def redact(text: str) -> str:
@@ -266,7 +266,7 @@ class Doctor:
         for line in _read(self.proc / "meminfo").splitlines():
             key, _, rest = line.partition(":")
             if key in ("MemTotal", "MemAvailable") and rest.split():
-                info[key] = round(int(rest.split()[0]) * 1024 / _GIB, 1)
+                info[key] = round(int(rest.split()[0]) * 1024 / GIB, 1)
         if "MemAvailable" not in info:
             return Section("memory", False, f"cannot read {self.proc / 'meminfo'}")
         data = {"total_gib": info.get("MemTotal"), "available_gib": info["MemAvailable"]}

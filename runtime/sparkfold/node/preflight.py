@@ -33,10 +33,10 @@ from pathlib import Path
 from sparkfold.config import Settings, engine_fingerprint
 from sparkfold.node.checks import Check, Report, Runner, run_command
 from sparkfold.node.serving import Serving, serving
+from sparkfold.units import GIB
 
 __all__ = ["DEFAULT_THRESHOLDS", "SUPPORTED_OS", "Thresholds", "preflight"]
 
-GIB = 1024**3
 SUPPORTED_OS = ("debian", "ubuntu")
 
 

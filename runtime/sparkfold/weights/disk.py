@@ -12,12 +12,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from sparkfold.units import GIB
 from sparkfold.weights.errors import DiskSpaceError
 from sparkfold.weights.progress import human_bytes
 
-__all__ = ["DEFAULT_RESERVE_GIB", "GIB", "SpaceCheck", "check_space", "free_bytes", "missing_bytes"]
+__all__ = ["DEFAULT_RESERVE_GIB", "SpaceCheck", "check_space", "free_bytes", "missing_bytes"]
 
-GIB = 1024**3
 DEFAULT_RESERVE_GIB = 5.0
 
 

@@ -11,8 +11,9 @@ import pytest
 from tests.fakes.harness import Running
 from tests.fakes.scripted_engine import Script, ScriptedEngine
 
-from sparkfold.api.responses.store import MEDIA_NOTE, MIB, ResponseStore
+from sparkfold.api.responses.store import MEDIA_NOTE, ResponseStore
 from sparkfold.config import ApiSettings
+from sparkfold.units import MIB
 
 
 def response(n: int) -> dict[str, Any]:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkfold.weights.disk import GIB, check_space, free_bytes, missing_bytes
+from sparkfold.units import GIB
+from sparkfold.weights.disk import check_space, free_bytes, missing_bytes
 from sparkfold.weights.errors import DiskSpaceError
 from sparkfold.weights.progress import Progress, human_bytes
 

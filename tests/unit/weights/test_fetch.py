@@ -11,6 +11,7 @@ import pytest
 from fake_hub import FakeHub, FakeRepo
 from weights_fakes import COMMIT, model_files
 
+from sparkfold.units import GIB
 from sparkfold.weights import (
     DiskSpaceError,
     HubError,
@@ -20,7 +21,6 @@ from sparkfold.weights import (
     read_manifest,
     verify_dir,
 )
-from sparkfold.weights.disk import GIB
 from sparkfold.weights.fetch import fetch
 from sparkfold.weights.verify import parse_pins
 

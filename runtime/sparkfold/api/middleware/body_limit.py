@@ -13,6 +13,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from sparkfold.api.body_shape import BodyShape
 from sparkfold.api.errors import LimitExceeded, error_response
 from sparkfold.asgi import BodyTooLarge, ClientGone, read_body, replay
+from sparkfold.units import MIB
 
 
 class BodyLimit:
@@ -24,7 +25,7 @@ class BodyLimit:
         self.shape = shape
 
     def _error(self) -> LimitExceeded:
-        mib = self.max_bytes / (1 << 20)
+        mib = self.max_bytes / MIB
         return LimitExceeded(
             f"the request body is larger than {mib:g} MiB (api.max_body_mib); send less, "
             "e.g. fewer or smaller images",

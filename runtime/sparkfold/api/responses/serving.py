@@ -8,11 +8,12 @@ from sparkfold.api.context import CallContext
 from sparkfold.api.errors import ApiError, NotFound
 from sparkfold.api.openai.serving import ChatServing, log_ignored
 from sparkfold.api.responses.protocol import ResponsesRequest
-from sparkfold.api.responses.store import MIB, ResponseStore
+from sparkfold.api.responses.store import ResponseStore
 from sparkfold.api.responses.stream import responses_sse
 from sparkfold.api.responses.translate import instructions_of, output_items, response_object, to_chat
 from sparkfold.asgi import EventStream
 from sparkfold.protocol import new_id
+from sparkfold.units import MIB
 
 __all__ = ["ResponsesServing"]
 

@@ -18,14 +18,15 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from sparkfold.units import MIB
+
 if TYPE_CHECKING:
     from sparkfold.config import ApiSettings
 
-__all__ = ["MEDIA_NOTE", "MIB", "ResponseStore"]
+__all__ = ["MEDIA_NOTE", "ResponseStore"]
 
 log = logging.getLogger(__name__)
 
-MIB = 1 << 20
 MEDIA_PARTS = frozenset({"image_url", "video_url", "input_image", "image", "input_file"})
 MEDIA_NOTE = "[a picture or video was sent here; the stored conversation does not keep it]"
 

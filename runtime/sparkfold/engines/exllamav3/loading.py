@@ -22,7 +22,6 @@ from sparkfold.config import EngineSettings, Exllamav3Settings
 from sparkfold.engines.exllamav3.availability import Exllamav3Unavailable, import_exllamav3
 from sparkfold.engines.exllamav3.generator import Exllamav3Generator, Lane
 from sparkfold.engines.exllamav3.sizing import (
-    GIB,
     PAGE_TOKENS,
     cache_layer,
     plan_pool,
@@ -31,6 +30,7 @@ from sparkfold.engines.exllamav3.sizing import (
     weight_bytes,
 )
 from sparkfold.engines.exllamav3.vision import VisionPreprocessor
+from sparkfold.units import GIB
 
 __all__ = ["Loaded", "front", "load", "warm_up"]
 

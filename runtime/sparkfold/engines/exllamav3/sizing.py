@@ -9,8 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from sparkfold.units import GIB
+
 __all__ = [
-    "GIB",
     "PAGE_TOKENS",
     "PoolTooSmall",
     "cache_layer",
@@ -22,7 +23,6 @@ __all__ = [
 
 PAGE_TOKENS = 256
 """exllamav3's cache page: pools and windows are whole pages."""
-GIB = 1024**3
 QUANT_BITS = {"q8": 8, "q6": 6, "q4": 4}
 
 
