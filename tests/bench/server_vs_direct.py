@@ -174,7 +174,7 @@ def verdict(ratio: float, low: float, high: float, equal_work: bool = True) -> s
     if not equal_work:
         return "– (unequal work)"
     if low >= 1 - AGREE and high <= 1 + AGREE:
-        return f"≈ 1 ({low:.2f}–{high:.2f}: parity within ±{AGREE:.0%})"
+        return f"≈ 1 ({low:.2f}–{high:.2f}: parity within ±{AGREE * 100:.0f} %)"
     if (high - low) / 2 > abs(ratio - 1) or low <= 1 <= high:
         return f"– ({low:.2f}–{high:.2f}: spread > effect)"
     return f"{ratio:.2f} ({low:.2f}–{high:.2f})"

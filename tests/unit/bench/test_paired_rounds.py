@@ -22,7 +22,7 @@ def test_a_ratio_is_shown_only_where_the_effect_exceeds_the_spread() -> None:
 
 
 def test_a_range_within_five_percent_of_one_is_parity_not_a_missing_ratio() -> None:
-    assert verdict(1.01, 0.97, 1.04) == "≈ 1 (0.97–1.04: parity within ±5%)"
+    assert verdict(1.01, 0.97, 1.04) == "≈ 1 (0.97–1.04: parity within ±5 %)"
     assert verdict(0.98, 0.95, 1.06).startswith("–")  # reaches past +5 %: not shown either way
 
 
