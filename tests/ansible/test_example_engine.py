@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from sparkfold.config import Settings, load
-from sparkfold.engines.tensorfold import FabricFacts
-from sparkfold.engines.tensorfold_profile import ImageProfile, load_profile, refusals
+from sparkfold.engines.tensorfold.launch import FabricFacts
+from sparkfold.engines.tensorfold.profile import ImageProfile, load_profile, refusals
 from sparkfold.node.tensorfold_rank import plan_for
 
 RECIPE_IMAGE = "ghcr.io/miaai-lab/glm-5.3-flash-exl3-2x-dgx-sparks-tensorfold"

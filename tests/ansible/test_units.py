@@ -56,7 +56,8 @@ def test_an_engine_without_docker_neither_waits_for_it_nor_gets_its_group(
 def test_a_host_launcher_rank_may_lock_memory_for_rdma(repo: Path, tmp_path: Path) -> None:
     host = render(repo, tmp_path / "host", '{"sparkfold_engine_tensorfold": {"launcher": "host"}}')["engine"]
     assert directives(host, "LimitMEMLOCK") == ["infinity"]
-    # In the image, docker run's --ulimit memlock=-1 gives the container its limit (engines/tensorfold.py).
+    # In the image, docker run's --ulimit memlock=-1 gives the container its limit
+    # (engines/tensorfold/launch.py).
     assert not directives(render(repo, tmp_path / "docker")["engine"], "LimitMEMLOCK")
 
 

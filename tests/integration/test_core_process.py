@@ -38,7 +38,7 @@ QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 def _core(engine: EngineProcess) -> psutil.Process:
     """The engine core: the server's one python child."""
     (child,) = psutil.Process(engine.proc.pid).children()
-    assert "sparkfold.engines.core_main" in child.cmdline()
+    assert "sparkfold.engines.core.main" in child.cmdline()
     return child
 
 

@@ -41,7 +41,7 @@ ASK: Any = [{"role": "user", "content": "Pick a color"}]
 
 @pytest.fixture(scope="module")
 def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    from sparkfold.engines.transformers_backend import load
+    from sparkfold.engines.transformers.backend import load
     from sparkfold.testing.tiny_glm import write_tiny_glm
 
     model = write_tiny_glm(tmp_path_factory.mktemp("tiny-glm"))

@@ -31,7 +31,7 @@ def check(file: str, image_profile: str | None, as_json: bool) -> None:
     settings = load_settings(file)
     image = ""
     if settings.engine.kind == "tensorfold":
-        from sparkfold.engines.tensorfold_profile import ProfileError, profile_of, refusal
+        from sparkfold.engines.tensorfold.profile import ProfileError, profile_of, refusal
 
         try:
             profile = profile_of(settings, image_profile)

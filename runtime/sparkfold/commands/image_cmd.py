@@ -106,7 +106,7 @@ def hash_(
 def _supports(path: Path) -> list[str]:
     """The features a ``profile.toml`` (beside the series file, or in a ready context) declares; none
     without one."""
-    from sparkfold.engines.tensorfold_profile import ProfileError, load_profile
+    from sparkfold.engines.tensorfold.profile import ProfileError, load_profile
 
     if not path.exists():
         return []

@@ -151,7 +151,7 @@ class Outbox:
 
     The hold-per-step is this class's one concept; where the held items go is :meth:`flush`'s:
     here the event loops of this process, in an engine core one ``step`` message over the pipe
-    (:class:`sparkfold.engines.core_main.StepWriter`).
+    (:class:`sparkfold.engines.core.main.StepWriter`).
     """
 
     def __init__(self) -> None:

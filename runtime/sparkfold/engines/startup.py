@@ -2,7 +2,7 @@
 
 :func:`load_engine` is what a rank 0 without a peer process loads: the node's supervisor
 (``sparkfold.node.supervisor``) in the server's process, an engine core
-(``sparkfold.engines.core_main``) in its own; both raise the same :class:`RankError` lines. They
+(``sparkfold.engines.core.main``) in its own; both raise the same :class:`RankError` lines. They
 live here, below both, because node/ stands above engines/ (engines never import node/).
 """
 
@@ -34,7 +34,7 @@ def load_engine(engine: EngineSettings, on_fatal: Callable[[str], None]) -> Any:
     in its own. Raises :class:`RankError` (:class:`EngineUnavailable`) with the operator's line.
     """
     if engine.kind == "transformers":
-        from sparkfold.engines.transformers_backend import load as load_transformers
+        from sparkfold.engines.transformers.backend import load as load_transformers
 
         try:
             loaded_t = load_transformers(engine, 0, None, on_fatal=on_fatal)

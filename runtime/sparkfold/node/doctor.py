@@ -291,7 +291,7 @@ class Doctor:
         data: dict[str, Any] = {"server": result.stdout.strip()}
         if self.settings is None or self.settings.engine.kind != "tensorfold":
             return Section("docker", True, f"server {data['server']} (no engine image for this engine)", data)
-        from sparkfold.engines.tensorfold import image_label_argv
+        from sparkfold.engines.tensorfold.launch import image_label_argv
 
         image = self.settings.engine.tensorfold.image
         label = self.run(image_label_argv(self.settings))

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkfold.config import Settings
-from sparkfold.engines.tensorfold import FabricFacts
+from sparkfold.engines.tensorfold.launch import FabricFacts
 from sparkfold.node.checks import Check, Report, Runner
 
 __all__ = ["add_rails", "fabric_facts", "nccl_environment", "twin_netdev"]

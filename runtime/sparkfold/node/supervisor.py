@@ -64,7 +64,7 @@ def describe(settings: Settings) -> dict[str, Any]:
     """What :func:`run_rank` would run with these settings (``sparkfold engine --dry-run``)."""
     engine, fabric, rank = settings.engine, settings.fabric, settings.node.rank
     if engine.kind == "tensorfold":
-        from sparkfold.engines.tensorfold import LaunchError
+        from sparkfold.engines.tensorfold.launch import LaunchError
         from sparkfold.node.tensorfold_rank import image_report, plan_for
 
         try:
@@ -116,8 +116,8 @@ def run_rank(settings: Settings) -> int:
     _configure_logging(settings)
     engine = settings.engine
     if engine.kind == "tensorfold":
-        from sparkfold.engines.tensorfold import LaunchError
-        from sparkfold.engines.tensorfold_process import RankStartError
+        from sparkfold.engines.tensorfold.launch import LaunchError
+        from sparkfold.engines.tensorfold.process import RankStartError
         from sparkfold.node.tensorfold_rank import run_tensorfold_rank
 
         try:
@@ -132,8 +132,8 @@ def run_rank(settings: Settings) -> int:
         )
     notify(f"MAINPID={os.getpid()}", "STATUS=starting")
     watch = start_peer_watch(settings, on_lost=_die)
-    from sparkfold.engines.tensor_parallel import EngineMismatch, Rendezvous
-    from sparkfold.engines.transformers_backend import load
+    from sparkfold.engines.transformers.backend import load
+    from sparkfold.engines.transformers.tensor_parallel import EngineMismatch, Rendezvous
 
     meeting = None
     if engine.tp > 1:
@@ -168,7 +168,7 @@ def _run_single(settings: Settings) -> int:
     http = _listen(engine.host, engine.port)
     notify("STATUS=loading")
     if engine.core_process:
-        from sparkfold.engines.core_process import CoreClient
+        from sparkfold.engines.core.client import CoreClient
 
         generator: Any = CoreClient.start(engine)
     else:

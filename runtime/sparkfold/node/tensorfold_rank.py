@@ -3,7 +3,7 @@
 TensorFold runs as a child process (``docker run`` of the engine image, or ``tensorfold serve``
 on the host); this module is what systemd sees in its place:
 
-- the launch plan from :mod:`sparkfold.engines.tensorfold`, with the fabric facts given in
+- the launch plan from :mod:`sparkfold.engines.tensorfold.launch`, with the fabric facts given in
   ``[fabric]``, or (two ranks, facts not written out) discovered at start by
   :func:`sparkfold.node.fabric.discover` without the ping (the fabric stage proved the link);
 - READY once the rank is ready (rank 1: its "ready … following rank 0" line; rank 0: ``/health``
@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from sparkfold.config import Settings
-from sparkfold.engines.tensorfold import FabricFacts, LaunchError, LaunchPlan, launch_plan
-from sparkfold.engines.tensorfold_process import RankProcess, RankStartError, image_key
-from sparkfold.engines.tensorfold_profile import ProfileError, profile_of, refusal
+from sparkfold.engines.tensorfold.launch import FabricFacts, LaunchError, LaunchPlan, launch_plan
+from sparkfold.engines.tensorfold.process import RankProcess, RankStartError, image_key
+from sparkfold.engines.tensorfold.profile import ProfileError, profile_of, refusal
 from sparkfold.node.checks import Runner, run_command
 from sparkfold.node.fabric import DEFAULT_SYSFS, discover
 from sparkfold.node.liveness import Liveness, Verdict

@@ -11,7 +11,6 @@ from sparkfold.weights.errors import (
     PinError,
     RevisionError,
     TokenFileError,
-    VerifyError,
     WeightsError,
 )
 from sparkfold.weights.manifest import (
@@ -23,7 +22,7 @@ from sparkfold.weights.manifest import (
     read_manifest,
     write_manifest,
 )
-from sparkfold.weights.verify import VerifyReport, verify_dir
+from sparkfold.weights.verify import VerifyError, VerifyReport, verify_dir
 
 __all__ = [
     "DiskSpaceError",

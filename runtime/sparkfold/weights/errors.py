@@ -5,7 +5,8 @@ says what to do; the CLI prints it as is and exits 1::
 
     WeightsError            any expected failure of a weights command
     ├── ManifestError       a manifest file is missing, unreadable or malformed
-    ├── VerifyError         the files on disk differ from the manifest (carries the report)
+    ├── VerifyError         the files on disk differ from the manifest (carries the report;
+    │                       in verify.py, beside the report)
     ├── PinError            a fetched file's sha256 is not the one pinned for it (names both)
     ├── DiskSpaceError      the store's filesystem cannot hold what is still missing
     ├── RevisionError       a moving revision where a pin is required, or one the Hub does not have
@@ -15,11 +16,6 @@ says what to do; the CLI prints it as is and exits 1::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from sparkfold.weights.verify import VerifyReport
-
 __all__ = [
     "DiskSpaceError",
     "HubError",
@@ -27,7 +23,6 @@ __all__ = [
     "PinError",
     "RevisionError",
     "TokenFileError",
-    "VerifyError",
     "WeightsError",
 ]
 
@@ -38,12 +33,6 @@ class WeightsError(Exception):
 
 class ManifestError(WeightsError):
     pass
-
-
-class VerifyError(WeightsError):
-    def __init__(self, report: VerifyReport) -> None:
-        super().__init__(report.message())
-        self.report = report
 
 
 class PinError(WeightsError):

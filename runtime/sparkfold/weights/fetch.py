@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from sparkfold.weights import hub
 from sparkfold.weights.disk import DEFAULT_RESERVE_GIB, SpaceCheck, check_space, free_bytes, missing_bytes
-from sparkfold.weights.errors import HubError, ManifestError, VerifyError
+from sparkfold.weights.errors import HubError, ManifestError
 from sparkfold.weights.hashing import DEFAULT_JOBS, FileDigest, hash_files
 from sparkfold.weights.manifest import (
     Manifest,
@@ -40,7 +40,7 @@ from sparkfold.weights.manifest import (
     write_manifest,
 )
 from sparkfold.weights.progress import DEFAULT_INTERVAL_S, Progress
-from sparkfold.weights.verify import check_pins, compare, verify_dir
+from sparkfold.weights.verify import VerifyError, check_pins, compare, verify_dir
 
 __all__ = ["FetchResult", "fetch"]
 

@@ -8,12 +8,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from sparkfold.weights.errors import PinError
+from sparkfold.weights.errors import PinError, WeightsError
 from sparkfold.weights.hashing import DEFAULT_JOBS, FileDigest, hash_files
 from sparkfold.weights.manifest import Manifest, list_files
 from sparkfold.weights.progress import DEFAULT_INTERVAL_S, Progress
 
-__all__ = ["Mismatch", "VerifyReport", "check_pins", "compare", "parse_pins", "verify_dir"]
+__all__ = ["Mismatch", "VerifyError", "VerifyReport", "check_pins", "compare", "parse_pins", "verify_dir"]
 
 Mode = Literal["sha256", "sizes"]
 _NAMED = 5  # files named per kind in the one-line message; --json lists them all
@@ -84,6 +84,14 @@ class VerifyReport:
         if self.extra:
             todos.append("remove the files not in the manifest")
         return f"{self.findings()}: {' and '.join(todos)}"
+
+
+class VerifyError(WeightsError):
+    """The files on disk differ from the manifest; carries the report."""
+
+    def __init__(self, report: VerifyReport) -> None:
+        super().__init__(report.message())
+        self.report = report
 
 
 def _names(paths: list[str]) -> str:

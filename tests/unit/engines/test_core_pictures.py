@@ -1,7 +1,7 @@
 """Pictures through an engine core on exllamav3, without a GPU: the fake exllamav3 and its fake vision tower.
 
-The core's side (:func:`sparkfold.engines.core_main.serve`) runs in a thread on one end of a socket
-pair and the server's :class:`~sparkfold.engines.core_process.CoreClient` on the other, so every
+The core's side (:func:`sparkfold.engines.core.main.serve`) runs in a thread on one end of a socket
+pair and the server's :class:`~sparkfold.engines.core.client.CoreClient` on the other, so every
 message crosses the real wire (pickled, framed) as it does between the two processes.
 """
 
@@ -19,9 +19,9 @@ import pytest
 import torch
 from tests.unit.engines.test_exllamav3 import FakeGenerator, FakeVision, with_vision
 
-from sparkfold.engines import core_main
 from sparkfold.engines import exllamav3 as backend
-from sparkfold.engines.core_process import CoreClient
+from sparkfold.engines.core import main as core_main
+from sparkfold.engines.core.client import CoreClient
 from sparkfold.engines.generator import EngineGone, SamplingParams
 from sparkfold.glm.errors import MediaError
 

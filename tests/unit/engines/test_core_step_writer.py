@@ -1,4 +1,4 @@
-"""The engine core's :class:`~sparkfold.engines.core_main.StepWriter`: an Outbox whose step is one message."""
+"""The engine core's :class:`~sparkfold.engines.core.main.StepWriter`: an Outbox whose step is one message."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import socket
 import threading
 from multiprocessing.connection import Connection
 
-from sparkfold.engines import core_wire
-from sparkfold.engines.core_main import StepWriter, _Stream
+from sparkfold.engines.core import wire as core_wire
+from sparkfold.engines.core.main import StepWriter, _Stream
 from sparkfold.engines.generator import EngineFailure, Outbox, SamplingParams
 
 

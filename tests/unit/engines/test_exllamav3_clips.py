@@ -22,9 +22,9 @@ from tests.unit.engines.test_core_pictures import CoreThread
 from tests.unit.engines.test_exllamav3 import FAKE_EXL, FakeGenerator, FakeVision, with_vision
 from tests.unit.glm.test_media import mp4
 
-from sparkfold.engines import core_main
 from sparkfold.engines import exllamav3 as backend
-from sparkfold.engines.core_process import CoreClient
+from sparkfold.engines.core import main as core_main
+from sparkfold.engines.core.client import CoreClient
 from sparkfold.engines.exllamav3 import vision as vision_module
 from sparkfold.engines.generator import SamplingParams
 from sparkfold.glm.errors import MediaError

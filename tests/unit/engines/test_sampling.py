@@ -3,7 +3,7 @@ from __future__ import annotations
 import torch
 
 from sparkfold.engines.generator import SamplingParams
-from sparkfold.engines.sampling import sample
+from sparkfold.engines.transformers.sampling import sample
 
 LOGITS = torch.tensor([0.1, 2.0, 1.9, -1.0, 0.5])
 

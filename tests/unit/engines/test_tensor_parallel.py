@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from sparkfold.config import EngineSettings
-from sparkfold.engines.tensor_parallel import EngineMismatch, Op, ParallelMLP, Rendezvous, meet
+from sparkfold.engines.transformers.tensor_parallel import EngineMismatch, Op, ParallelMLP, Rendezvous, meet
 
 
 class GatedMLP(nn.Module):

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from sparkfold.config import Settings, load, parse
-from sparkfold.engines.tensorfold import (
+from sparkfold.engines.tensorfold.launch import (
     FabricFacts,
     LaunchError,
     docker_stop_argv,

@@ -20,8 +20,8 @@ import pytest
 
 from sparkfold.config import Settings, load, parse
 from sparkfold.conformance import run as conformance
-from sparkfold.engines.tensorfold import FabricFacts, launch_plan
-from sparkfold.engines.tensorfold_process import RankProcess, RankStartError, image_key
+from sparkfold.engines.tensorfold.launch import FabricFacts, launch_plan
+from sparkfold.engines.tensorfold.process import RankProcess, RankStartError, image_key
 
 FAKES = Path(__file__).resolve().parents[2] / "fakes"
 DEADLINE_S = 30.0

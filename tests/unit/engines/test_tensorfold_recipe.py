@@ -12,9 +12,9 @@ from click.testing import CliRunner
 
 from sparkfold.cli import main
 from sparkfold.config import ConfigError, Settings, engine_fingerprint, load, parse
-from sparkfold.engines.tensorfold import FabricFacts, launch_plan
-from sparkfold.engines.tensorfold_process import RankStartError
-from sparkfold.engines.tensorfold_profile import STOCK, ProfileError, load_profile, refusals
+from sparkfold.engines.tensorfold.launch import FabricFacts, launch_plan
+from sparkfold.engines.tensorfold.process import RankStartError
+from sparkfold.engines.tensorfold.profile import STOCK, ProfileError, load_profile, refusals
 from sparkfold.node.tensorfold_rank import check_image
 
 DRAFTER = "/var/lib/sparkfold/models/incoai/GLM-5.3-Flash-DFlash2/bf582e4eacc1810f76656d1811693ff6c6737d2a"

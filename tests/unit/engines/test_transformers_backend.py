@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from sparkfold.engines.generator import CapacityError, EngineFailure, SamplingParams
-from sparkfold.engines.transformers_backend import ModelRunner, TransformersGenerator
+from sparkfold.engines.transformers.backend import ModelRunner, TransformersGenerator
 
 transformers = pytest.importorskip("transformers")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from sparkfold.engines.tensorfold_profile import FEATURES, load_profile
+from sparkfold.engines.tensorfold.profile import FEATURES, load_profile
 from sparkfold.image.external import parse_file_pin
 from sparkfold.image.patches import read_series
 

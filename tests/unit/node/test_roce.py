@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from node_fakes import FakeHost, add_roce_port, settings
 
-from sparkfold.engines.tensorfold import FabricFacts, LaunchError
+from sparkfold.engines.tensorfold.launch import FabricFacts, LaunchError
 from sparkfold.node.checks import Check
 from sparkfold.node.fabric import discover, ipv4_mapped_gid
 from sparkfold.node.roce import fabric_facts, twin_netdev

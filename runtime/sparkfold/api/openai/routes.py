@@ -1,7 +1,7 @@
 """HTTP wiring of the OpenAI routes: look up the serving object, call it, map the result.
 
 The model routes are Anthropic's path too: an Anthropic client gets Anthropic's shape
-(:mod:`sparkfold.api.anthropic.models`).
+(:mod:`sparkfold.api.models`).
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from sparkfold.api.anthropic.models import model_info, model_page, wants_anthropic
 from sparkfold.api.context import CallContext
+from sparkfold.api.models import model_info, model_page, wants_anthropic
 from sparkfold.api.openai.protocol import (
     ChatCompletionRequest,
     CompletionRequest,

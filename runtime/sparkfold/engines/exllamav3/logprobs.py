@@ -10,7 +10,7 @@ before a grammar filter's mask, which the sampler applies to a copy (``CustomSam
 With drafts they come from the verifying forward of the target model, one entry per accepted
 token: the distribution of an undrafted reply, up to the rounding of a forward over several
 positions. That is the model's own distribution, as the CPU engine reports it
-(:func:`sparkfold.engines.sampling.token_logprob`) and vLLM by default. The stop token that ends
+(:func:`sparkfold.engines.transformers.sampling.token_logprob`) and vLLM by default. The stop token that ends
 a reply travels in the last result's ``held`` block; its entry is made too, and the response
 leaves it out as for the CPU engine.
 """

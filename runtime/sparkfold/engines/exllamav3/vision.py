@@ -169,7 +169,7 @@ class VisionPreprocessor:
 class RemoteVisionPreprocessor(VisionPreprocessor):
     """A :class:`VisionPreprocessor` on the HTTP side of an engine core: its grids come from the core.
 
-    ``grids`` is :meth:`~sparkfold.engines.core_process.CoreClient.measure_pictures` (a round trip
+    ``grids`` is :meth:`~sparkfold.engines.core.client.CoreClient.measure_pictures` (a round trip
     to the core, whose vision tower is on the GPU); ``merge_size`` and ``temporal_patch_size`` come
     with the core's ``ready``.
     """

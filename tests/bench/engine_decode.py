@@ -13,7 +13,7 @@ Setups are loaded together and measured round-robin, so load from other work on 
 each alike; tok/CPU-second (the engine processes' user + system time) is reported too, as it is
 far less sensitive to such load than the wall clock.
 
-Run: ``python -m sparkfold.bench.engine_decode [--model DIR] [--tokens 64] [--repeats 5] [--json]``
+Run: ``python tests/bench/engine_decode.py [--model DIR] [--tokens 64] [--repeats 5] [--json]``
 """
 
 from __future__ import annotations

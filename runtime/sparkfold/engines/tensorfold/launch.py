@@ -3,7 +3,7 @@
 Everything here is a pure function of the node's :class:`~sparkfold.config.Settings` and of the
 link's :class:`FabricFacts` (discovered by ``sparkfold.node`` or written out in ``[fabric]``, and
 handed over as values: engines never import ``node/``). Nothing is started here; the process
-side is :mod:`sparkfold.engines.tensorfold_process`.
+side is :mod:`sparkfold.engines.tensorfold.process`.
 
 The shape follows TensorFold's two-rank recipe: the same ``tensorfold serve MODEL --tp 2 --rank R
 --master <rank 0's link address> --master-port P`` plus the shared serve arguments on both
@@ -248,7 +248,7 @@ def recipe_environment(settings: Settings) -> dict[str, str]:
     A knob left unset is not passed (the image's own default holds); a group (KV tier, display
     memory, vision) is passed only when it is on. The names are the recipe's own, each checked
     against its source (docs/configuration.md cites file and commit). Which image can honour which
-    knob is :mod:`sparkfold.engines.tensorfold_profile`'s business; this only renders.
+    knob is :mod:`sparkfold.engines.tensorfold.profile`'s business; this only renders.
     """
     tf, media = settings.engine.tensorfold, settings.engine.media
     always: dict[str, str | None] = {

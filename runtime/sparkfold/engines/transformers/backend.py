@@ -27,9 +27,9 @@ import torch
 from sparkfold.config import EngineSettings
 from sparkfold.engines.generator import EngineFailure
 from sparkfold.engines.models import ModelSource, resolve_model
-from sparkfold.engines.sampling import sample, token_logprob
-from sparkfold.engines.tensor_parallel import Link, Op, Rendezvous, meet, split_mlps
 from sparkfold.engines.threaded import EngineBroken, Job, ThreadedEngine
+from sparkfold.engines.transformers.sampling import sample, token_logprob
+from sparkfold.engines.transformers.tensor_parallel import Link, Op, Rendezvous, meet, split_mlps
 
 __all__ = ["Loaded", "ModelRunner", "TransformersGenerator", "load"]
 
@@ -331,7 +331,7 @@ def load(
 ) -> Loaded:
     """Load the model; with ``tp = 2`` meet the peer first (settings check), then split and link.
 
-    Raises :class:`~sparkfold.engines.tensor_parallel.EngineMismatch` when the ranks disagree,
+    Raises :class:`~sparkfold.engines.transformers.tensor_parallel.EngineMismatch` when the ranks disagree,
     :class:`FileNotFoundError` when the model cannot be found.
     """
     started = time.monotonic()

@@ -1,7 +1,7 @@
 """The engine server's side of an engine core (``[engine] core_process = true``).
 
 :class:`CoreClient` is a :class:`~sparkfold.engines.generator.Generator` whose model runs in a
-child process (:mod:`sparkfold.engines.core_main`): the HTTP side (uvicorn, the tokenizer, the
+child process (:mod:`sparkfold.engines.core.main`): the HTTP side (uvicorn, the tokenizer, the
 chat template, the GLM parser, SSE) no longer shares an interpreter, and its GIL, with the
 engine thread. This is the split vLLM made for the same reason: its V1 engine core runs the
 scheduler and model in a process of its own and exchanges one batch of outputs per step with
@@ -10,7 +10,7 @@ loop & API server"; https://docs.vllm.ai/en/latest/design/arch_overview.html). W
 rather than taken from vLLM (its engine core is bound to its own scheduler and request types)
 or over ZeroMQ (a new dependency for one point-to-point pipe between two processes of one
 host): a ``multiprocessing`` connection over a socket pair, messages in
-:mod:`~sparkfold.engines.core_wire`.
+:mod:`~sparkfold.engines.core.wire`.
 
 Here: the tokenizer and GLM protocol are loaded locally (the same Hugging Face files);
 ``generate`` sends the request and reads its tokens from a per-request asyncio queue that one
@@ -39,7 +39,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from sparkfold.config import EngineSettings
-from sparkfold.engines import core_wire
+from sparkfold.engines.core import wire as core_wire
 from sparkfold.engines.generator import EngineGone, GenerationReport, SamplingParams
 from sparkfold.engines.threaded import HfTokenizer
 
@@ -101,7 +101,7 @@ class CoreClient(HfTokenizer):
 
         ours, theirs = socket.socketpair()
         process = subprocess.Popen(
-            [sys.executable, "-m", "sparkfold.engines.core_main", str(theirs.fileno())],
+            [sys.executable, "-m", "sparkfold.engines.core.main", str(theirs.fileno())],
             pass_fds=(theirs.fileno(),),
         )
         theirs.close()
@@ -133,7 +133,7 @@ class CoreClient(HfTokenizer):
 
             tokenizer, glm = front(settings, self.vocab_size, self.picture_processor())
         else:
-            from sparkfold.engines.transformers_backend import front as transformers_front
+            from sparkfold.engines.transformers.backend import front as transformers_front
 
             tokenizer, glm = transformers_front(settings)
         self._adopt(tokenizer)

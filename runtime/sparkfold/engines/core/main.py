@@ -1,13 +1,13 @@
 """The engine core: the model and its engine thread in a process of their own (``[engine] core_process``).
 
-``python -m sparkfold.engines.core_main FD`` is started by
-:class:`~sparkfold.engines.core_process.CoreClient`; ``FD`` is its end of a socket pair. It
+``python -m sparkfold.engines.core.main FD`` is started by
+:class:`~sparkfold.engines.core.client.CoreClient`; ``FD`` is its end of a socket pair. It
 loads the generator the settings name (:func:`~sparkfold.engines.startup.load_engine`, the same
 loader and the same errors as an engine in the server's process), answers ``ready`` (or
 ``failed``), then runs without an event loop: this thread reads requests and cancels and puts
 them on the engine's inbox (``ThreadedEngine.submit``), the engine thread steps, and at the end
 of each step :class:`StepWriter` sends every stream's new tokens in ONE message
-(:mod:`~sparkfold.engines.core_wire`). A status thread sends the health snapshot. This thread
+(:mod:`~sparkfold.engines.core.wire`). A status thread sends the health snapshot. This thread
 also answers ``measure`` (exllamav3's pictures: the vision tower's patch grid of each).
 
 It ignores SIGINT and SIGTERM (the server drains first, then sends ``close``), and it exits when
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from sparkfold.engines import core_wire
+from sparkfold.engines.core import wire as core_wire
 from sparkfold.engines.generator import Outbox, SamplingParams
 
 __all__ = ["StepWriter", "main"]

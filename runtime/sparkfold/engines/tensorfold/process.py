@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 import httpx
 
 from sparkfold.config import Settings
-from sparkfold.engines.tensorfold import (
+from sparkfold.engines.tensorfold.launch import (
     LaunchPlan,
     follower_ready_s,
     health_is_ready,
