@@ -11,7 +11,7 @@ import asyncio
 import threading
 from collections.abc import AsyncIterator, Sequence
 
-from sparkfold.engines.generator import SamplingParams
+from sparkfold.engines.generator import Generator, SamplingParams
 
 EOS = 256
 TEMPLATE = (
@@ -20,7 +20,7 @@ TEMPLATE = (
 )
 
 
-class FakeGenerator:
+class FakeGenerator(Generator):
     """Token id = byte value; the reply is ``reply`` (bytes) then EOS; ``fail_after`` raises mid-reply."""
 
     backend = "fake"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from tests.fakes.fake_engine import FakeGenerator
 
@@ -46,9 +47,9 @@ class ScriptedGlm(FakeGenerator):
         from transformers import AutoImageProcessor, AutoTokenizer
 
         super().__init__(context_length=4096, parallel=2)
-        self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        self._tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
         self.glm = GlmChat(
-            self.tokenizer,
+            self._tokenizer,
             model_dir=model_dir,
             vocab_size=self.vocab_size,
             image_processor=AutoImageProcessor.from_pretrained(str(model_dir)),
@@ -57,6 +58,10 @@ class ScriptedGlm(FakeGenerator):
         self.eos_token_ids = self.glm.stop_token_ids
         self.special_tokens = {}
         self.script = script
+
+    @property
+    def tokenizer(self) -> Any:
+        return self._tokenizer
 
     def encode(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=add_special_tokens))

@@ -1,6 +1,6 @@
 """The seam between the HTTP server and an engine implementation.
 
-An engine implementation (transformers on CPU now, exllamav3 later) is a :class:`Generator`: it
+An engine implementation (transformers, exllamav3, an engine core's client) is a :class:`Generator`: it
 tokenizes, and it turns prompt token ids into reply token ids, one at a time, until the reply
 budget is spent, an end-of-sequence token comes, or the request is cancelled. Everything else
 (chat templates, stop strings, SSE, errors, counters) is the server's job.
@@ -13,7 +13,10 @@ import contextlib
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sparkfold.glm.serving import GlmChat
 
 __all__ = [
     "CapacityError",
@@ -104,9 +107,13 @@ class SamplingParams:
         return self.temperature <= 0.0
 
 
-@runtime_checkable
-class Generator(Protocol):
-    """What an engine implementation offers the server."""
+class Generator:
+    """What an engine implementation offers the server; every engine subclasses it.
+
+    The first block is what each engine must give (values set by its constructor, methods it
+    writes). The second is every capability the server reads beyond that, each with the default
+    of an engine that lacks it, so the server asks the engine, never ``getattr``.
+    """
 
     backend: str
     """Name reported in ``/health`` (``backend``)."""
@@ -117,25 +124,56 @@ class Generator(Protocol):
     eos_token_ids: frozenset[int]
     vocab_size: int
     """Token ids run from 0 to ``vocab_size - 1``."""
-    chat_template: str | None
+    chat_template: str | None = None
     special_tokens: dict[str, str]
     """``bos_token``, ``eos_token`` … as the chat template expects them."""
 
-    def encode(self, text: str, *, add_special_tokens: bool = False) -> list[int]: ...
+    def encode(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
+        raise NotImplementedError
 
-    def decode(self, ids: Sequence[int]) -> str: ...
+    def decode(self, ids: Sequence[int]) -> str:
+        raise NotImplementedError
 
-    def token_strs(self, ids: Sequence[int]) -> list[str]: ...
+    def token_strs(self, ids: Sequence[int]) -> list[str]:
+        raise NotImplementedError
 
     def generate(
         self, prompt_ids: Sequence[int], params: SamplingParams, cancel: threading.Event
     ) -> AsyncIterator[int]:
         """Reply token ids in order; stops early when ``cancel`` is set. Raises :class:`EngineFailure`."""
-        ...
+        raise NotImplementedError
 
-    def healthy(self) -> bool: ...
+    # --- capabilities, with the default of an engine that lacks them ----------------------------
 
-    def close(self) -> None: ...
+    tp: int = 1
+    """Ranks (or GPUs) the model is split over; pictures need 1."""
+    supports_logprobs: bool = False
+    """Whether it fills ``SamplingParams.logprobs_out``."""
+    glm: GlmChat | None = None
+    """GLM's protocol (prompts, parsers, grammar, pictures) for a GLM checkpoint."""
+
+    @property
+    def tokenizer(self) -> Any:
+        """The Hugging Face tokenizer, for grammars of chat-template models (``None``: none)."""
+        return None
+
+    def healthy(self) -> bool:
+        return True
+
+    def stalled_s(self) -> float | None:
+        """Seconds work has waited without progress (``None``: the engine does not measure it)."""
+        return None
+
+    def pool_stats(self) -> dict[str, int] | None:
+        """The KV pool's counters for ``/health`` (``None``: no pool to report)."""
+        return None
+
+    def metrics_text(self) -> str:
+        """The engine's own Prometheus lines, appended to ``/metrics``."""
+        return ""
+
+    def close(self) -> None:
+        return None
 
 
 class Outbox:

@@ -139,8 +139,7 @@ def create_app(service: EngineService, *, heartbeat_s: float = HEARTBEAT_S) -> D
     @app.get("/metrics")
     @app.get("/v1/metrics")
     async def metrics() -> Response:
-        extra = getattr(service.generator, "metrics_text", None)
-        body = service.counters.exposition() + (extra().encode() if callable(extra) else b"")
+        body = service.counters.exposition() + service.generator.metrics_text().encode()
         return Response(body, media_type="text/plain; version=0.0.4")
 
     @app.post("/tokenize")

@@ -165,7 +165,7 @@ class EngineService:
         )
         self.stop_token_ids = stop_token_ids
         self.peer_state = peer_state or (lambda: None)
-        self.glm = glm if glm is not None else getattr(generator, "glm", None)
+        self.glm = glm if glm is not None else generator.glm
         if self.glm is not None:  # GLM: prompts, reasoning, tool calls, grammar, pictures
             renderer = renderer or self.glm
             self.parser_factory = self.glm.parser_for
@@ -218,7 +218,7 @@ class EngineService:
 
     @property
     def supports_logprobs(self) -> bool:
-        return bool(getattr(self.generator, "supports_logprobs", False))
+        return self.generator.supports_logprobs
 
     def capabilities(self) -> EngineCapabilities:
         """What ``/v1/models`` tells the gateway this engine can do."""
@@ -271,7 +271,7 @@ class EngineService:
         if constraint is None:
             return None
         if self._grammar is None:
-            tokenizer = getattr(self.generator, "tokenizer", None)
+            tokenizer = self.generator.tokenizer
             if tokenizer is None:
                 raise GrammarError(
                     f"{constraint.param}: this engine has no tokenizer to build a grammar with",
@@ -309,7 +309,7 @@ class EngineService:
             return ApiError(exc.status, exc.message, exc.param)
         except EngineGone as exc:  # an engine core measures pictures: it may be gone by now
             return unavailable(exc)
-        if turn.vision and getattr(self.generator, "tp", 1) > 1:
+        if turn.vision and self.generator.tp > 1:
             return ApiError(
                 400, "pictures need an engine with tp = 1; remove the image/video parts", "messages"
             )
@@ -540,10 +540,8 @@ class EngineService:
             context_length=self.generator.context_length,
             streams=self.generator.parallel,
             peer=peer,
-            pool=pool() if callable(pool := getattr(self.generator, "pool_stats", None)) else None,
-            stalled_s=round(stall(), 3)
-            if callable(stall := getattr(self.generator, "stalled_s", None))
-            else None,
+            pool=self.generator.pool_stats(),
+            stalled_s=round(stall, 3) if (stall := self.generator.stalled_s()) is not None else None,
         )
 
 

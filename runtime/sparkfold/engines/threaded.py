@@ -37,6 +37,7 @@ from sparkfold.engines.generator import (
     CapacityError,
     Emit,
     EngineFailure,
+    Generator,
     Outbox,
     SamplingParams,
     stream_from_thread,
@@ -68,7 +69,7 @@ class EngineBroken(Exception):
     """Raised by a backend when the engine, not one request, cannot go on (e.g. tp=2 ranks out of step)."""
 
 
-class HfTokenizer:
+class HfTokenizer(Generator):
     """The tokenizer side of the Generator seam over a Hugging Face tokenizer."""
 
     def _adopt(self, tokenizer: Any) -> None:

@@ -29,7 +29,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from sparkfold.engines.core import wire as core_wire
-from sparkfold.engines.generator import Outbox, SamplingParams
+from sparkfold.engines.generator import Generator, Outbox, SamplingParams
 
 __all__ = ["StepWriter", "main"]
 
@@ -89,18 +89,18 @@ class StepWriter(Outbox):
                 core_wire.send(self._conn, ("step", out))
 
 
-def _status(generator: Any) -> dict[str, Any]:
-    pool = getattr(generator, "pool_stats", None)
-    metrics = getattr(generator, "metrics_text", None)
+def _status(generator: Generator) -> dict[str, Any]:
     return {
         "healthy": bool(generator.healthy()),
-        "stalled_s": float(generator.stalled_s()),
-        "pool": pool() if callable(pool) else None,
-        "metrics": metrics() if callable(metrics) else None,
+        "stalled_s": float(generator.stalled_s() or 0.0),
+        "pool": generator.pool_stats(),
+        "metrics": generator.metrics_text(),
     }
 
 
-def _report_status(conn: Connection, lock: threading.Lock, generator: Any, stop: threading.Event) -> None:
+def _report_status(
+    conn: Connection, lock: threading.Lock, generator: Generator, stop: threading.Event
+) -> None:
     while not stop.wait(core_wire.STATUS_S):
         try:
             snapshot = _status(generator)
@@ -110,11 +110,11 @@ def _report_status(conn: Connection, lock: threading.Lock, generator: Any, stop:
             return
 
 
-def _pictures(generator: Any) -> Any:
+def _pictures(generator: Generator) -> Any:
     """The exllamav3 engine's picture measurer (its vision tower's preprocessing), or ``None``."""
     from sparkfold.engines.exllamav3.vision import VisionPreprocessor
 
-    processor = getattr(getattr(generator, "glm", None), "image_processor", None)
+    processor = generator.glm.image_processor if generator.glm is not None else None
     return processor if isinstance(processor, VisionPreprocessor) else None
 
 
@@ -129,18 +129,19 @@ def _measure(pictures: Any, images: list[Any]) -> list[list[int]] | BaseExceptio
     return grids
 
 
-def _ready_info(generator: Any) -> dict[str, Any]:
+def _ready_info(generator: Generator) -> dict[str, Any]:
+    pictures = _pictures(generator)
     return {
         "backend": generator.backend,
         "context_length": generator.context_length,
         "parallel": generator.parallel,
         "eos_token_ids": frozenset(generator.eos_token_ids),
         "vocab_size": generator.vocab_size,
-        "tp": getattr(generator, "tp", 1),
-        "supports_logprobs": bool(getattr(generator, "supports_logprobs", False)),
-        "glm": getattr(generator, "glm", None) is not None,
-        "pictures_merge_size": getattr(_pictures(generator), "merge_size", None),
-        "pictures_temporal_patch_size": getattr(_pictures(generator), "temporal_patch_size", None),
+        "tp": generator.tp,
+        "supports_logprobs": generator.supports_logprobs,
+        "glm": generator.glm is not None,
+        "pictures_merge_size": pictures.merge_size if pictures is not None else None,
+        "pictures_temporal_patch_size": pictures.temporal_patch_size if pictures is not None else None,
         "pid": os.getpid(),
         "status": _status(generator),
     }
