@@ -28,15 +28,16 @@ def test_a_step_of_several_streams_is_one_message_and_an_item_outside_a_step_goe
         writer.emit(1, 11)
         writer.emit(2, None)
         assert not server.poll(0)  # held until the step ends
-    assert core_wire.recv(server) == (
-        "step",
+    assert core_wire.recv(server) == core_wire.Step(
         [
             (1, [10, 11], [], writer.streams[1].params.report, None),
             (2, [20], [], SamplingParams(4).report, ("done",)),
-        ],
+        ]
     )
     assert 2 not in writer.streams  # its end went out
     writer.emit(1, EngineFailure("refused"))  # outside a step (an admission refusal): at once
-    kind, [(rid, tokens, _, _, end)] = core_wire.recv(server)
-    assert (kind, rid, tokens, end[0], str(end[1])) == ("step", 1, [], "error", "refused")
+    step = core_wire.recv(server)
+    assert isinstance(step, core_wire.Step)
+    [(rid, tokens, _, _, end)] = step.streams
+    assert (rid, tokens, end[0], str(end[1])) == (1, [], "error", "refused")
     assert not server.poll(0)

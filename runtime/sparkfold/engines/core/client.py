@@ -107,7 +107,7 @@ class CoreClient(HfTokenizer):
         theirs.close()
         conn = Connection(ours.detach())
         log.info("the engine core (pid %d) is loading %s", process.pid, settings.model)
-        core_wire.send(conn, ("start", settings.model_dump_json()))
+        core_wire.send(conn, core_wire.Start(settings.model_dump_json()))
         try:
             message = core_wire.recv(conn)
         except (EOFError, OSError):
@@ -116,11 +116,13 @@ class CoreClient(HfTokenizer):
             raise RankError(
                 f"the engine core exited with code {code} while loading; its log is above"
             ) from None
-        if message[0] == "failed":
+        if not isinstance(message, core_wire.Ready):
             process.wait()
             conn.close()
-            raise (EngineUnavailable if message[1] else RankError)(message[2])
-        client = cls(conn, process, message[1])
+            if isinstance(message, core_wire.Failed):
+                raise (EngineUnavailable if message.unavailable else RankError)(message.message)
+            raise RankError(f"the engine core answered {type(message).__name__} instead of ready")
+        client = cls(conn, process, message.info)
         client.stall_s = settings.stall_s
         client._front(settings)
         client._reader.start()
@@ -165,7 +167,7 @@ class CoreClient(HfTokenizer):
         try:
             if self._gone is not None:
                 raise EngineGone(self._gone)
-            self._send(("measure", mid, list(images)))
+            self._send(core_wire.Measure(mid, list(images)))
             if not answer.ready.wait(MEASURE_WAIT_S):
                 raise EngineGone(f"the engine core did not measure the pictures within {MEASURE_WAIT_S:g} s")
         finally:
@@ -183,7 +185,7 @@ class CoreClient(HfTokenizer):
 
     # --- generation -----------------------------------------------------------------------------
 
-    def _send(self, message: tuple[Any, ...]) -> None:
+    def _send(self, message: core_wire.ToCore) -> None:
         try:
             with self._send_lock:
                 core_wire.send(self._conn, message)
@@ -200,7 +202,7 @@ class CoreClient(HfTokenizer):
         self._streams[rid] = (asyncio.get_running_loop(), items)
         ended = False
         try:
-            self._send(("submit", rid, list(prompt_ids), params))
+            self._send(core_wire.Submit(rid, list(prompt_ids), params))
             while True:
                 tokens, logprobs, report, end = await items.get()
                 if report is not None:
@@ -219,7 +221,7 @@ class CoreClient(HfTokenizer):
             cancel.set()
             if not ended and self._gone is None:
                 with contextlib.suppress(EngineGone):
-                    self._send(("cancel", rid))
+                    self._send(core_wire.Cancel(rid))
 
     def _read(self) -> None:
         """The reader thread: each step message to the event loops of its streams, one call per loop."""
@@ -228,14 +230,17 @@ class CoreClient(HfTokenizer):
                 message = core_wire.recv(self._conn)
             except (EOFError, OSError):
                 break
-            if message[0] == "status":
-                self._status, self._status_at = message[1], time.monotonic()
+            if isinstance(message, core_wire.Status):
+                self._status, self._status_at = message.snapshot, time.monotonic()
                 continue
-            if message[0] == "measured":
-                self._answer(message[1], message[2])
+            if isinstance(message, core_wire.Measured):
+                self._answer(message.id, message.answer)
+                continue
+            if not isinstance(message, core_wire.Step):
+                log.error("the engine core sent %s out of turn; ignored", type(message).__name__)
                 continue
             by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue[_Item], _Item]]] = {}
-            for rid, tokens, logprobs, report, end in message[1]:
+            for rid, tokens, logprobs, report, end in message.streams:
                 stream = self._streams.get(rid)
                 if stream is not None:
                     by_loop.setdefault(stream[0], []).append((stream[1], (tokens, logprobs, report, end)))
@@ -283,7 +288,7 @@ class CoreClient(HfTokenizer):
     def close(self) -> None:
         """Ask the core to end what runs and exit; kill it if it does not within :data:`CLOSE_WAIT_S`."""
         with contextlib.suppress(EngineGone):
-            self._send(("close",))
+            self._send(core_wire.Close())
         try:
             self._process.wait(timeout=CLOSE_WAIT_S)
         except subprocess.TimeoutExpired:

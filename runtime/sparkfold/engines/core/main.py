@@ -81,12 +81,12 @@ class StepWriter(Outbox):
                     continue
                 logprobs = stream.params.logprobs_out[stream.logprobs_sent :]
                 stream.logprobs_sent += len(logprobs)
-                out.append((rid, tokens, logprobs, stream.params.report, end))
+                out.append(core_wire.StreamStep(rid, tokens, logprobs, stream.params.report, end))
                 if end is not None:
                     del self.streams[rid]
         if out:
             with self._lock:
-                core_wire.send(self._conn, ("step", out))
+                core_wire.send(self._conn, core_wire.Step(out))
 
 
 def _status(generator: Generator) -> dict[str, Any]:
@@ -105,7 +105,7 @@ def _report_status(
         try:
             snapshot = _status(generator)
             with lock:
-                core_wire.send(conn, ("status", snapshot))
+                core_wire.send(conn, core_wire.Status(snapshot))
         except OSError:
             return
 
@@ -175,22 +175,21 @@ def serve(conn: Connection, generator: Any) -> None:
             except (EOFError, OSError):
                 log.info("the engine server is gone; the core stops")
                 break
-            kind = message[0]
-            if kind == "submit":
-                _, rid, prompt, params = message
-                cancel = threading.Event()
-                writer.streams[rid] = _Stream(params, cancel)
-                generator.submit(prompt, params, cancel, functools.partial(writer.emit, rid))
-            elif kind == "cancel":
-                stream = writer.streams.get(message[1])
-                if stream is not None:
-                    stream.cancel.set()
-            elif kind == "measure":  # here, not on the engine thread: it only reads the pictures
-                answer = _measure(pictures, message[2])
-                with lock:
-                    core_wire.send(conn, ("measured", message[1], answer))
-            elif kind == "close":
-                break
+            match message:
+                case core_wire.Submit(rid, prompt, params):
+                    cancel = threading.Event()
+                    writer.streams[rid] = _Stream(params, cancel)
+                    generator.submit(prompt, params, cancel, functools.partial(writer.emit, rid))
+                case core_wire.Cancel(rid):
+                    stream = writer.streams.get(rid)
+                    if stream is not None:
+                        stream.cancel.set()
+                case core_wire.Measure(mid, images):  # here, not on the engine thread: it only reads
+                    answer = _measure(pictures, images)
+                    with lock:
+                        core_wire.send(conn, core_wire.Measured(mid, answer))
+                case core_wire.Close():
+                    break
     finally:
         stop.set()
         generator.close()
@@ -218,19 +217,21 @@ def main(argv: list[str] | None = None) -> int:
         message = core_wire.recv(conn)
     except (EOFError, OSError):
         return 1
-    settings = EngineSettings.model_validate_json(message[1])
+    if not isinstance(message, core_wire.Start):
+        return 1
+    settings = EngineSettings.model_validate_json(message.settings_json)
     try:
         generator = load_engine(settings, _die)
     except RankError as exc:
-        core_wire.send(conn, ("failed", isinstance(exc, EngineUnavailable), str(exc)))
+        core_wire.send(conn, core_wire.Failed(isinstance(exc, EngineUnavailable), str(exc)))
         return 1
     except Exception as exc:
         log.exception("the engine core could not load")
-        core_wire.send(conn, ("failed", False, f"the engine could not load: {exc}"))
+        core_wire.send(conn, core_wire.Failed(False, f"the engine could not load: {exc}"))
         return 1
     if hasattr(generator, "stall_s"):
         generator.stall_s = settings.stall_s
-    core_wire.send(conn, ("ready", _ready_info(generator)))
+    core_wire.send(conn, core_wire.Ready(_ready_info(generator)))
     serve(conn, generator)
     return 0
 
