@@ -70,7 +70,7 @@ def serve(args: argparse.Namespace) -> None:
 
     from sparkfold.engines.exllamav3 import Exllamav3Generator, Lane
     from sparkfold.engines.server import create_app
-    from sparkfold.engines.serving import EngineService
+    from sparkfold.engines.service import EngineService
 
     tokenizer = _tokenizer(args.tokenizer)
     generator = Exllamav3Generator(

@@ -13,7 +13,7 @@ from typing import Any
 
 from tests.fakes.fake_engine import FakeGenerator
 
-from sparkfold.glm.serving import GlmChat
+from sparkfold.glm.chat import GlmChat
 
 __all__ = ["ASK", "CALL", "TOOLS", "ScriptedGlm"]
 

@@ -22,7 +22,7 @@ from tests.fakes.scripted_engine import ServerThread
 from sparkfold.api import create_app as create_gateway
 from sparkfold.config import EngineSettings
 from sparkfold.engines.server import create_app as create_engine
-from sparkfold.engines.serving import EngineService
+from sparkfold.engines.service import EngineService
 from sparkfold.testing import torch_threads
 
 pytestmark = pytest.mark.slow

@@ -21,7 +21,7 @@ from tests.fakes.scripted_glm import ScriptedGlm
 
 from sparkfold.api import create_app as create_gateway
 from sparkfold.engines.server import create_app as create_engine
-from sparkfold.engines.serving import EngineService
+from sparkfold.engines.service import EngineService
 
 ONE_WORD = [{"role": "user", "content": "Hello"}]
 

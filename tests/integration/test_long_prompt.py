@@ -17,7 +17,7 @@ from tests.gpu.gpu_engine import text_of
 
 from sparkfold.api import create_app as create_gateway
 from sparkfold.engines.server import create_app as create_engine
-from sparkfold.engines.serving import EngineService
+from sparkfold.engines.service import EngineService
 
 WINDOW = 1_048_576
 

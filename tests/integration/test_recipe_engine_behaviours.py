@@ -28,8 +28,8 @@ from tests.fakes.scripted_engine import ServerThread, free_port
 
 from sparkfold.api import create_app
 from sparkfold.config import parse
+from sparkfold.node.marker import RUN_DIR
 from sparkfold.node.peer import record_peer, recorded_peer
-from sparkfold.node.serving import RUN_DIR
 from sparkfold.protocol import PeerState
 
 STANDIN = Path(__file__).resolve().parents[1] / "fakes" / "fake_tensorfold.py"

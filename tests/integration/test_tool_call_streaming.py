@@ -31,7 +31,7 @@ from tests.fakes.sdk_events import input_json_pieces
 
 from sparkfold.api import create_app as create_gateway
 from sparkfold.engines.server import create_app as create_engine
-from sparkfold.engines.serving import EngineService
+from sparkfold.engines.service import EngineService
 
 TEXT = "The quick brown fox jumps over the lazy dog, again and again, until the evening comes.\n"
 WRITE = {

@@ -7,7 +7,7 @@ takes a lane when the engine cannot serve it, with a 400 that names the engine.
 
 The card is asked once per engine start, not per request: :class:`Capabilities` keeps the answer
 under the key ``engine_start()`` returns (the command passes the pid of the rank that this node's
-engine unit marked serving, :func:`sparkfold.node.serving.serving`), and asks again when the key
+engine unit marked serving, :func:`sparkfold.node.marker.serving`), and asks again when the key
 changes, i.e. the engine restarted. Without a key (no source, or no serving rank recorded: a
 gateway in front of an engine it does not share a node with) it asks every time, as it cannot
 tell a restart.

@@ -17,7 +17,7 @@ from sparkfold.api.lanes import Lanes
 __all__ = ["ALIASES", "ROUTES", "EngineLoad", "Metrics", "route_label"]
 
 # The seconds this node's engine rank took from its process start to READY (its last cold load), or
-# None where no rank is marked serving (the command reads sparkfold.node.serving's marker).
+# None where no rank is marked serving (the command reads sparkfold.node.marker's marker).
 EngineLoad = Callable[[], float | None]
 
 # Known routes are labels as they are; anything else is "other" (unbounded paths, unbounded series).

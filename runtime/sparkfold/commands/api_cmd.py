@@ -51,7 +51,7 @@ def _engine_load() -> EngineLoad | None:
 def _marked(field: str) -> Callable[[], Any] | None:
     """A reader of one field of the serving marker (None while no rank is marked); None without node/."""
     try:
-        serving = importlib.import_module("sparkfold.node.serving").serving
+        serving = importlib.import_module("sparkfold.node.marker").serving
     except (ImportError, AttributeError):
         return None
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from sparkfold.glm.serving import GlmChat
+    from sparkfold.glm.chat import GlmChat
 
 __all__ = [
     "CapacityError",

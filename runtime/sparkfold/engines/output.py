@@ -60,7 +60,7 @@ def plain_parser(request: ChatCompletionRequest, per_tool: int = FORCED_CALLS_PE
     at ``per_tool`` × offered tools, ``[engine] forced_calls_per_tool``, as GLM's are)."""
     if request.tools and request.tool_choice != "none":
         from sparkfold.engines.template_tools import ToolCallParser
-        from sparkfold.glm.serving import forced_call_cap
+        from sparkfold.glm.chat import forced_call_cap
 
         return ToolCallParser(request.tools, max_calls=forced_call_cap(request, per_tool))
     return PlainParser()

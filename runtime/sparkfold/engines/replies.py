@@ -1,7 +1,7 @@
 """The generating routes' replies: whole (JSON) or streamed (SSE), one choice or several.
 
 Several choices (``n``, a list of prompts) run one after another in the request's one lane
-(:meth:`~sparkfold.engines.serving.EngineService.run_choices`), so a request never takes more of
+(:meth:`~sparkfold.engines.service.EngineService.run_choices`), so a request never takes more of
 the engine than the gateway admitted; a stream sends them in turn, each chunk naming its choice
 ``index``. Usage adds the choices' completion tokens and counts each distinct prompt once. With
 ``logprobs``, each chunk carries the log-probabilities of the tokens it covers
@@ -17,7 +17,7 @@ from typing import Any
 
 from sparkfold.engines.generator import CapacityError, EngineFailure, EngineGone
 from sparkfold.engines.logprobs import LogprobReader, chat_logprobs, completion_logprobs
-from sparkfold.engines.serving import ApiError, EngineService, Outcome, Prepared, unavailable
+from sparkfold.engines.service import EngineService, ErrorReply, Outcome, Prepared, unavailable
 from sparkfold.glm.errors import GrammarDeadEnd, without_addresses
 from sparkfold.protocol import (
     ChatCompletion,
@@ -39,19 +39,19 @@ __all__ = ["chat_reply", "chat_stream", "completion_reply", "completion_stream",
 log = logging.getLogger(__name__)
 
 
-def outcome_error(exc: BaseException) -> ApiError:
+def outcome_error(exc: BaseException) -> ErrorReply:
     if isinstance(exc, GrammarDeadEnd):  # the client's grammar, not the engine: no traceback
         log.info("a reply ended at a grammar dead end: %s", exc.message)
-        return ApiError(exc.status, exc.message, exc.param, "grammar_dead_end")
+        return ErrorReply(exc.status, exc.message, exc.param, "grammar_dead_end")
     if isinstance(exc, CapacityError):
-        return ApiError(503, str(exc), None, "capacity", "server_error")
+        return ErrorReply(503, str(exc), None, "capacity", "server_error")
     if isinstance(exc, EngineFailure):
         log.error("generation failed: %s", exc)
         if isinstance(exc, EngineGone):
             return unavailable(exc)
     else:
         log.exception("generation failed")
-    return ApiError(
+    return ErrorReply(
         500, f"generation failed: {without_addresses(str(exc))}", None, "engine_error", "server_error"
     )
 
@@ -103,7 +103,7 @@ def _merge(deltas: list[Delta]) -> ResponseMessage:
 
 async def chat_reply(
     service: EngineService, choices: list[Prepared], return_token_ids: bool
-) -> ChatCompletion | ApiError:
+) -> ChatCompletion | ErrorReply:
     deltas: list[list[Delta]] = [[] for _ in choices]
     outcomes: list[Outcome] = []
     try:
@@ -213,7 +213,7 @@ async def chat_stream(
 
 async def completion_reply(
     service: EngineService, choices: list[tuple[Prepared, str]], return_token_ids: bool
-) -> Completion | ApiError:
+) -> Completion | ErrorReply:
     prompts = [prepared for prepared, _ in choices]
     pieces: list[list[str]] = [[echo] for _, echo in choices]
     outcomes: list[Outcome] = []

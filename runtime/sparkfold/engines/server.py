@@ -1,7 +1,7 @@
 """The HTTP side of the engine protocol for our own engines (``docs/engine-protocol.md``).
 
-:func:`create_app` wires an :class:`~sparkfold.engines.serving.EngineService` to routes: HTTP
-only. :class:`~sparkfold.engines.serving.ApiError` values become their status with the OpenAI
+:func:`create_app` wires an :class:`~sparkfold.engines.service.EngineService` to routes: HTTP
+only. :class:`~sparkfold.engines.service.ErrorReply` values become their status with the OpenAI
 error body; the generating routes' JSON and SSE (role delta first, content deltas, a final chunk
 with ``finish_reason``, the ``tensorfold`` stats block and ``usage``, then ``data: [DONE]``; one
 choice after another when there are several) are built in :mod:`sparkfold.engines.replies`.
@@ -36,7 +36,7 @@ from sparkfold.asgi import (
     methods_on,
 )
 from sparkfold.engines.replies import chat_reply, chat_stream, completion_reply, completion_stream
-from sparkfold.engines.serving import ApiError, EngineService
+from sparkfold.engines.service import EngineService, ErrorReply
 from sparkfold.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -66,38 +66,38 @@ def _stream(events: AsyncIterator[bytes], pacing: Pacing) -> StreamResponse:
     return StreamResponse(SSEResponse(EventStream(events), _STREAM_HEADERS, pacing))
 
 
-def _error(error: ApiError) -> JSONResponse:
+def _error(error: ErrorReply) -> JSONResponse:
     return JSONResponse(error.body().model_dump(), status_code=error.status)
 
 
-async def _parse(request: Request, model: type[M]) -> M | ApiError:
+async def _parse(request: Request, model: type[M]) -> M | ErrorReply:
     """The body as ``model``, or a 400 naming the first bad field."""
     try:
         data = json.loads(await request.body())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        return ApiError(400, f"the request body is not valid JSON: {exc}", None, "invalid_json")
+        return ErrorReply(400, f"the request body is not valid JSON: {exc}", None, "invalid_json")
     if not isinstance(data, dict):
-        return ApiError(400, "the request body must be a JSON object", None, "invalid_json")
+        return ErrorReply(400, "the request body must be a JSON object", None, "invalid_json")
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         param = ".".join(str(part) for part in first["loc"]) or None
-        return ApiError(400, f"{param}: {first['msg']}" if param else str(first["msg"]), param)
+        return ErrorReply(400, f"{param}: {first['msg']}" if param else str(first["msg"]), param)
 
 
 async def _admit(
     service: EngineService,
     request: Request,
     model: type[M],
-    prepare: Callable[[M], P | ApiError],
+    prepare: Callable[[M], P | ErrorReply],
 ) -> tuple[M, P] | JSONResponse:
     """A generating request parsed, prepared off the loop and given a lane, or its error reply."""
     body = await _parse(request, model)
-    if isinstance(body, ApiError):
+    if isinstance(body, ErrorReply):
         return _error(body)
     prepared = await service.off_loop(prepare, body)
-    if isinstance(prepared, ApiError):
+    if isinstance(prepared, ErrorReply):
         return _error(prepared)
     refused = await service.wait_for_lane()
     if refused is not None:
@@ -116,9 +116,9 @@ def create_app(service: EngineService, *, heartbeat_s: float = HEARTBEAT_S) -> D
         code = "not_found" if exc.status_code == 404 else None
         message = f"{request.method} {request.url.path}: {exc.detail}"
         if exc.status_code != 405:
-            return _error(ApiError(exc.status_code, message, None, code))
+            return _error(ErrorReply(exc.status_code, message, None, code))
         allowed = ", ".join(methods_on(app.routes, request.scope))
-        response = _error(ApiError(405, f"{message}; it answers {allowed}", None, "method_not_allowed"))
+        response = _error(ErrorReply(405, f"{message}; it answers {allowed}", None, "method_not_allowed"))
         response.headers["Allow"] = allowed
         return response
 
@@ -146,7 +146,7 @@ def create_app(service: EngineService, *, heartbeat_s: float = HEARTBEAT_S) -> D
     @app.post("/v1/tokenize")
     async def tokenize(request: Request) -> JSONResponse:
         body = await _parse(request, TokenizeRequest)
-        if isinstance(body, ApiError):
+        if isinstance(body, ErrorReply):
             return _error(body)
         if body.messages is not None:
             chat = ChatCompletionRequest(
@@ -156,13 +156,13 @@ def create_app(service: EngineService, *, heartbeat_s: float = HEARTBEAT_S) -> D
                 reasoning_effort=body.reasoning_effort,
             )
             rendered = await service.off_loop(service.tokenize_chat, chat)
-            if isinstance(rendered, ApiError):
+            if isinstance(rendered, ErrorReply):
                 return _error(rendered)
             ids = rendered
         elif body.prompt is not None:
             ids = await service.off_loop(_encode, service, body.prompt, body.add_special_tokens)
         else:
-            return _error(ApiError(400, "give either prompt or messages", "prompt"))
+            return _error(ErrorReply(400, "give either prompt or messages", "prompt"))
         strs = await service.off_loop(service.generator.token_strs, ids) if body.return_token_strs else None
         answer = TokenizeResponse(
             count=len(ids), max_model_len=service.generator.context_length, tokens=ids, token_strs=strs
@@ -173,11 +173,11 @@ def create_app(service: EngineService, *, heartbeat_s: float = HEARTBEAT_S) -> D
     @app.post("/v1/detokenize")
     async def detokenize(request: Request) -> JSONResponse:
         body = await _parse(request, DetokenizeRequest)
-        if isinstance(body, ApiError):
+        if isinstance(body, ErrorReply):
             return _error(body)
         bad = service.invalid_token_ids(body.tokens)
         if bad:
-            return _error(ApiError(400, bad, "tokens"))
+            return _error(ErrorReply(400, bad, "tokens"))
         return JSONResponse(DetokenizeResponse(prompt=service.generator.decode(body.tokens)).model_dump())
 
     @app.post("/v1/chat/completions")
@@ -192,7 +192,7 @@ def create_app(service: EngineService, *, heartbeat_s: float = HEARTBEAT_S) -> D
             prompt_usage = bool(options.get("continuous_usage_stats"))
             return _stream(chat_stream(service, choices, usage_chunk, prompt_usage), pacing)
         answer = await chat_reply(service, choices, body.return_token_ids)
-        if isinstance(answer, ApiError):
+        if isinstance(answer, ErrorReply):
             return _error(answer)
         return JSONResponse(answer.model_dump(exclude_none=True))
 
@@ -206,7 +206,7 @@ def create_app(service: EngineService, *, heartbeat_s: float = HEARTBEAT_S) -> D
             usage_chunk = bool((body.stream_options or {}).get("include_usage"))
             return _stream(completion_stream(service, choices, usage_chunk), pacing)
         answer = await completion_reply(service, choices, body.return_token_ids)
-        if isinstance(answer, ApiError):
+        if isinstance(answer, ErrorReply):
             return _error(answer)
         return JSONResponse(answer.model_dump(exclude_none=True))
 

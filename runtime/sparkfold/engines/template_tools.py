@@ -236,7 +236,7 @@ class ToolCallParser:
     A reply's calls are bounded as the GLM parser bounds them (:mod:`sparkfold.glm.parser`,
     :class:`~sparkfold.glm.calls.CallGate`): a call that so far repeats an earlier one is held, one
     identical to an earlier one (same name, same arguments) is dropped and ends the reply, and so
-    does the ``max_calls``-th call (forced calls: :func:`sparkfold.glm.serving.forced_call_cap`);
+    does the ``max_calls``-th call (forced calls: :func:`sparkfold.glm.chat.forced_call_cap`);
     :attr:`ended` tells the engine to stop.
     """
 

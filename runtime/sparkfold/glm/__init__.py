@@ -21,15 +21,15 @@ from __future__ import annotations
 
 from sparkfold.glm.errors import GlmError, GrammarError, MediaError, RenderError
 from sparkfold.glm.media import MediaLimits, collect_media, load_media, require_vision, vision_inputs
-from sparkfold.glm.parser import OutputParser, ParsedDelta, ParsedMessage, ParsedToolCall, parse_output
+from sparkfold.glm.parser import GlmParser, ParsedDelta, ParsedMessage, ParsedToolCall, parse_output
 from sparkfold.glm.render import PromptOptions, PromptRenderer, RenderedPrompt, offered_tools, prompt_options
 
 __all__ = [
     "GlmError",
+    "GlmParser",
     "GrammarError",
     "MediaError",
     "MediaLimits",
-    "OutputParser",
     "ParsedDelta",
     "ParsedMessage",
     "ParsedToolCall",

@@ -198,7 +198,7 @@ def tool_constraint(request: Any, tool_format: ToolFormat) -> OutputConstraint |
     ):
         # "required" with parallel calls: xgrammar's "one or more calls, any text around them" lets a
         # model write on after its calls until max_tokens; a forced reply is its calls alone (how
-        # many: the GLM parser bounds it, sparkfold.glm.serving.forced_call_cap)
+        # many: the GLM parser bounds it, sparkfold.glm.chat.forced_call_cap)
         tag.format = PlusFormat(content=OrFormat(elements=list(calls.tags)))
     return OutputConstraint("structural_tag", tag.model_dump_json(), "tool_choice")
 

@@ -1,6 +1,6 @@
 """GLM-5.3 output parsing, streaming or not: reasoning, content and tool calls.
 
-Feed decoded text (special tokens kept) as it arrives; each :meth:`OutputParser.feed` returns a
+Feed decoded text (special tokens kept) as it arrives; each :meth:`GlmParser.feed` returns a
 :class:`ParsedDelta`. The rules (reference ``glm.md`` 6.2, 7, 8):
 
 * The prompt opens ``<think>`` (thinking on), so text up to ``</think>`` is reasoning; with
@@ -11,13 +11,13 @@ Feed decoded text (special tokens kept) as it arrives; each :meth:`OutputParser.
   by the token budget (``finish(truncated=True)``) ends with what was generated (its arguments
   an unfinished JSON text); a call that a stop token ends without ``</tool_call>`` is complete.
 * A reply's calls are bounded: a call identical to an earlier one of the reply is dropped and ends
-  the reply, and so does reaching ``max_calls`` (the engine stops on :attr:`OutputParser.finished`).
+  the reply, and so does reaching ``max_calls`` (the engine stops on :attr:`GlmParser.finished`).
 * A call written inside the think block is a call: ``<tool_call>`` ends the reasoning there
   (what the model meant) and a later stray ``</think>`` is dropped.
 * Malformed calls seen in production are repaired where the intent is clear (missing
   ``<arg_value>`` / ``<arg_key>`` openers, doubled closers, the JSON form ``NAME>{…}``,
   display names like ``Weather/get_weather``); a call to a tool the request did not offer, or one
-  that cannot be read, is not returned as a call (it is kept in :attr:`OutputParser.rejected`):
+  that cannot be read, is not returned as a call (it is kept in :attr:`GlmParser.rejected`):
   the name is known before any piece of the call goes out, so nothing of it is ever sent.
 * ``<|endoftext|>``, ``<|user|>``, ``<|observation|>`` and ``<|assistant|>`` end the reply and
   never reach the text, nor do stray call tags outside a call, nor any other control token
@@ -45,7 +45,7 @@ from sparkfold.glm.tokens import (
 )
 from sparkfold.protocol import Delta
 
-__all__ = ["OutputParser", "ParsedDelta", "ParsedMessage", "ParsedToolCall", "ToolCallPiece", "parse_output"]
+__all__ = ["GlmParser", "ParsedDelta", "ParsedMessage", "ParsedToolCall", "ToolCallPiece", "parse_output"]
 
 _STRAY_TAGS = (
     TOOL_CALL_END,
@@ -118,10 +118,10 @@ def _first_tag(text: str, tags: Sequence[str]) -> tuple[int, str]:
     return best, found
 
 
-class OutputParser:
+class GlmParser:
     """Incremental parser for one reply. ``tools`` are the offered tools (OpenAI shape);
     ``max_calls`` ends the reply once that many calls were made (forced calls: see
-    :meth:`sparkfold.glm.serving.GlmChat.parser_for`)."""
+    :meth:`sparkfold.glm.chat.GlmChat.parser_for`)."""
 
     def __init__(
         self,
@@ -302,7 +302,7 @@ def parse_output(
     max_calls: int | None = None,
 ) -> ParsedMessage:
     """Parse a whole reply at once (same rules as streaming)."""
-    parser = OutputParser(tools, thinking=thinking, id_factory=id_factory, max_calls=max_calls)
+    parser = GlmParser(tools, thinking=thinking, id_factory=id_factory, max_calls=max_calls)
     parser.feed(text)
     parser.finish(truncated=truncated)
     return parser.message()

@@ -25,7 +25,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from sparkfold.config import Settings
-from sparkfold.node.serving import read_record, write_record
+from sparkfold.node.marker import read_record, write_record
 from sparkfold.protocol import PeerState
 
 __all__ = [

@@ -15,7 +15,7 @@ stops on the memory and disk the pair itself uses:
 - total memory and the architecture are always checked (a node that can never run fails early);
   the x86_64 testbed alone accepts its architecture for the tensorfold stand-in (``testbed_arch``,
   reported as ``TESTBED OVERRIDE``);
-- available memory is checked only when no rank runs here (:mod:`sparkfold.node.serving`): the
+- available memory is checked only when no rank runs here (:mod:`sparkfold.node.marker`): the
   memory a serving rank holds is released when it restarts, and ``ExecStartPre`` checks it then;
 - free disk is checked for what is still missing: the threshold less the bytes the weights
   (``engine.model``) and the engine image already occupy, and not at all while a rank serves this
@@ -32,7 +32,7 @@ from pathlib import Path
 
 from sparkfold.config import Settings, engine_fingerprint
 from sparkfold.node.checks import Check, Report, Runner, run_command
-from sparkfold.node.serving import Serving, serving
+from sparkfold.node.marker import Serving, serving
 from sparkfold.units import GIB
 
 __all__ = ["DEFAULT_THRESHOLDS", "SUPPORTED_OS", "Thresholds", "preflight"]

@@ -6,7 +6,7 @@ One origin, three marks, all on the node's ``CLOCK_MONOTONIC``:
   main process (the rank's supervisor) was forked, after ``ExecStartPre`` (preflight). For a
   ``Type=notify`` unit ``ActiveEnterTimestamp`` is READY, the end of the start, not its beginning;
 - port open: the supervisor's own record (``port_s`` in the serving marker,
-  :mod:`sparkfold.node.serving`: its process age when the engine port first answered);
+  :mod:`sparkfold.node.marker`: its process age when the engine port first answered);
 - ready: systemd's ``ActiveEnterTimestampMonotonic``, the unit's READY (rank 0: the engine answers
   and ``/health`` says ready; rank 1: it follows rank 0);
 - first streamed token (rank 0 only): the smoke request's client clock, one streamed chat completion
@@ -31,7 +31,7 @@ from typing import Any
 
 from sparkfold.config import Settings
 from sparkfold.node.checks import Runner, run_command
-from sparkfold.node.serving import RUN_DIR, serving
+from sparkfold.node.marker import RUN_DIR, serving
 from sparkfold.weights import WeightsError, default_manifest_path, read_manifest
 
 __all__ = [

@@ -24,9 +24,9 @@ from typing import Any
 from sparkfold.config import Settings
 from sparkfold.engines.models import resolve_model
 from sparkfold.engines.startup import EngineUnavailable, RankError, load_engine
+from sparkfold.node.marker import mark_serving
 from sparkfold.node.notify import notify, watchdog_interval_s
 from sparkfold.node.peer import HEARTBEAT_PORT_OFFSET, PeerWatch, start_peer_watch
-from sparkfold.node.serving import mark_serving
 from sparkfold.protocol import PeerState
 
 __all__ = ["describe", "feed_watchdog", "run_rank"]
@@ -242,7 +242,7 @@ async def _serve(settings: Settings, generator: Any, watch: PeerWatch | None, ht
     import uvicorn
 
     from sparkfold.engines.server import create_app
-    from sparkfold.engines.serving import EngineService
+    from sparkfold.engines.service import EngineService
 
     engine = settings.engine
     if hasattr(generator, "stall_s"):

@@ -35,10 +35,10 @@ from sparkfold.engines.tensorfold.profile import ProfileError, profile_of, refus
 from sparkfold.node.checks import Runner, run_command
 from sparkfold.node.fabric import DEFAULT_SYSFS, discover
 from sparkfold.node.liveness import Liveness, Verdict
+from sparkfold.node.marker import mark_serving
 from sparkfold.node.notify import notify, watchdog_interval_s
 from sparkfold.node.peer import record_peer, start_peer_watch
 from sparkfold.node.roce import fabric_facts
-from sparkfold.node.serving import mark_serving
 
 __all__ = ["check_image", "fabric_facts_for", "image_report", "plan_for", "run_tensorfold_rank"]
 

@@ -10,7 +10,7 @@ from types import ModuleType
 import pytest
 
 from sparkfold.commands import api_cmd
-from sparkfold.node import serving as node_serving
+from sparkfold.node import marker as node_serving
 
 
 def test_the_engine_start_is_the_serving_ranks_pid_read_anew_each_time(
@@ -45,7 +45,7 @@ def test_the_marker_on_disk_names_the_pid(tmp_path: Path, monkeypatch: pytest.Mo
 
 def test_without_node_support_there_is_no_engine_start(monkeypatch: pytest.MonkeyPatch) -> None:
     def missing(name: str) -> ModuleType:
-        if name == "sparkfold.node.serving":
+        if name == "sparkfold.node.marker":
             raise ImportError(name)
         return importlib.import_module(name)
 

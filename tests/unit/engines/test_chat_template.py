@@ -56,7 +56,7 @@ def test_the_demo_engine_answers_a_part_it_cannot_read_with_a_400_as_the_glm_eng
     from tests.fakes.fake_engine import FakeGenerator
 
     from sparkfold.engines.server import create_app
-    from sparkfold.engines.serving import EngineService
+    from sparkfold.engines.service import EngineService
 
     renderer = ChatTemplateRenderer("{% for m in messages %}[{{ m.role }}:{{ m.content }}]{% endfor %}", {})
     service = EngineService(FakeGenerator(), served_name="demo", max_tokens=8, renderer=renderer)

@@ -467,7 +467,7 @@ def test_the_server_reports_pool_and_cached_tokens() -> None:
     from fastapi.testclient import TestClient
 
     from sparkfold.engines.server import create_app
-    from sparkfold.engines.serving import EngineService
+    from sparkfold.engines.service import EngineService
 
     generator, _ = make()
     service = EngineService(generator, served_name="glm", max_tokens=4, seed=0, thinking=False)

@@ -16,7 +16,7 @@ from sparkfold.engines import exllamav3 as backend
 from sparkfold.engines.exllamav3.logprobs import LOG_ZERO, token_logprobs
 from sparkfold.engines.generator import SamplingParams, TokenLogprob
 from sparkfold.engines.server import create_app
-from sparkfold.engines.serving import EngineService
+from sparkfold.engines.service import EngineService
 
 
 def probabilities(tokens: list[int], top: int) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from tests.fakes.fake_engine import FakeGenerator
 from tests.fakes.scripted_glm import ASK, CALL, TOOLS, ScriptedGlm
 
 from sparkfold.engines.server import create_app
-from sparkfold.engines.serving import EngineService
+from sparkfold.engines.service import EngineService
 
 PNG_BYTES = io.BytesIO()
 Image.new("RGB", (1, 1), (0, 0, 255)).save(PNG_BYTES, "PNG")

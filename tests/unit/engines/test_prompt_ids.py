@@ -7,7 +7,7 @@ from tests.fakes.fake_engine import FakeGenerator
 
 from sparkfold.engines.prompt_ids import PromptIds
 from sparkfold.engines.server import create_app
-from sparkfold.engines.serving import EngineService
+from sparkfold.engines.service import EngineService
 
 
 class Counting:

@@ -14,7 +14,7 @@ from tests.fakes.fake_engine import FakeGenerator
 
 from sparkfold.engines.generator import EngineFailure, EngineGone, SamplingParams
 from sparkfold.engines.server import create_app
-from sparkfold.engines.serving import EngineService
+from sparkfold.engines.service import EngineService
 from sparkfold.glm.errors import GrammarDeadEnd
 from sparkfold.protocol import (
     ChatCompletion,

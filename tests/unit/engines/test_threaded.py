@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from sparkfold.engines.generator import CapacityError, SamplingParams
-from sparkfold.engines.serving import EngineService
+from sparkfold.engines.service import EngineService
 from sparkfold.engines.threaded import Job, ThreadedEngine
 
 

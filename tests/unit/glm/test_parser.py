@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sparkfold.glm.parser import (
-    OutputParser,
+    GlmParser,
     ParsedMessage,
     ParsedToolCall,
     ToolCallPiece,
@@ -66,7 +66,7 @@ def joined(pieces: list[ToolCallPiece]) -> list[ParsedToolCall]:
 def streamed(
     pieces: list[str], *, truncated: bool = False, thinking: bool = True, **options: Any
 ) -> ParsedMessage:
-    parser = OutputParser(TOOLS, thinking=thinking, id_factory=ids(), **options)
+    parser = GlmParser(TOOLS, thinking=thinking, id_factory=ids(), **options)
     reasoning, content, calls = "", "", []
     for piece in pieces:
         delta = parser.feed(piece)
@@ -217,7 +217,7 @@ def test_malformed_calls_are_repaired(body: str) -> None:
     "body", ["delete_everything<arg_key>x</arg_key><arg_value>1</arg_value>", "", "get_weather>{not json"]
 )
 def test_unoffered_or_unreadable_calls_are_not_returned(body: str) -> None:
-    parser = OutputParser(TOOLS)
+    parser = GlmParser(TOOLS)
     parser.feed(f"</think>ok<tool_call>{body}</tool_call>")
     parser.finish()
     assert parser.tool_calls == [] and parser.rejected == [body]
@@ -244,7 +244,7 @@ def test_other_control_tokens_are_skipped_from_the_text(token: str) -> None:
 
 def test_a_call_streams_as_it_is_generated() -> None:
     """The name at the first argument tag, a string value piece by piece, a typed value whole."""
-    parser = OutputParser(TOOLS, id_factory=ids())
+    parser = GlmParser(TOOLS, id_factory=ids())
     parser.feed("</think>")
     steps = [
         "<tool_call>get_weather",
@@ -272,7 +272,7 @@ def test_a_call_streams_as_it_is_generated() -> None:
 
 
 def test_text_that_says_nothing_yet_is_an_empty_delta() -> None:
-    parser = OutputParser(TOOLS)
+    parser = GlmParser(TOOLS)
     assert parser.feed("</think>").empty and parser.feed("<tool_call>get_wea").empty
 
 
@@ -285,7 +285,7 @@ def test_an_identical_call_is_dropped_and_ends_the_reply() -> None:
 
 
 def test_a_repeat_is_held_until_it_differs() -> None:
-    parser = OutputParser(TOOLS, id_factory=ids())
+    parser = GlmParser(TOOLS, id_factory=ids())
     parser.feed("</think>" + call("get_weather", city="Oslo"))
     assert parser.feed("<tool_call>get_weather<arg_key>city</arg_key><arg_value>Os").empty
     (piece,) = parser.feed("a").tool_calls
@@ -299,7 +299,7 @@ def test_max_calls_ends_the_reply() -> None:
 
 
 def test_partial_tags_are_held_not_leaked() -> None:
-    parser = OutputParser(TOOLS)
+    parser = GlmParser(TOOLS)
     first = parser.feed("thinking</thi")
     assert first.reasoning == "thinking"
     assert parser.feed("nk>a <|us").content == "a"

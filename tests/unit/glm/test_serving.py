@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from PIL import Image
 
+from sparkfold.glm.chat import GlmChat, StreamParser, forced_call_cap, is_glm_model
 from sparkfold.glm.errors import GrammarError, MediaError
-from sparkfold.glm.serving import GlmChat, StreamParser, forced_call_cap, is_glm_model
 from sparkfold.protocol import ChatCompletionRequest
 
 TOOLS = [

@@ -6,8 +6,8 @@ import threading
 import time
 from pathlib import Path
 
+from sparkfold.node.marker import RUN_DIR
 from sparkfold.node.peer import PeerWatch, record_peer, recorded_peer
-from sparkfold.node.serving import RUN_DIR
 from sparkfold.protocol import PeerState
 
 

@@ -12,8 +12,8 @@ from node_fakes import FakeHost, settings
 
 from sparkfold.cli import main
 from sparkfold.config import Settings
+from sparkfold.node.marker import MARKER, RUN_DIR, mark_serving
 from sparkfold.node.preflight import Thresholds, preflight
-from sparkfold.node.serving import MARKER, RUN_DIR, mark_serving
 
 DEBIAN = 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nID=debian\n'
 

@@ -12,7 +12,7 @@ from typing import Any
 from node_fakes import settings
 
 from sparkfold.config import Settings
-from sparkfold.node import serving as node_serving
+from sparkfold.node import marker as node_serving
 from sparkfold.node.startup import FIRST_TOKEN_RECORD, gateway_url, startup, unit_start
 from sparkfold.weights import build_manifest, default_manifest_path, write_manifest
 

@@ -124,20 +124,20 @@ class CoreClient(HfTokenizer):
             raise RankError(f"the engine core answered {type(message).__name__} instead of ready")
         client = cls(conn, process, message.info)
         client.stall_s = settings.stall_s
-        client._front(settings)
+        client._load_server_side(settings)
         client._reader.start()
         log.info("the engine core (pid %d) is ready", process.pid)
         return client
 
-    def _front(self, settings: EngineSettings) -> None:
+    def _load_server_side(self, settings: EngineSettings) -> None:
         if settings.kind == "exllamav3":
-            from sparkfold.engines.exllamav3.loading import front
+            from sparkfold.engines.exllamav3.loading import server_side
 
-            tokenizer, glm = front(settings, self.vocab_size, self.picture_processor())
+            tokenizer, glm = server_side(settings, self.vocab_size, self.picture_processor())
         else:
-            from sparkfold.engines.transformers.backend import front as transformers_front
+            from sparkfold.engines.transformers.backend import server_side as transformers_server_side
 
-            tokenizer, glm = transformers_front(settings)
+            tokenizer, glm = transformers_server_side(settings)
         self._adopt(tokenizer)
         self.glm = glm
 

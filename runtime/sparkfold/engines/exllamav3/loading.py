@@ -32,7 +32,7 @@ from sparkfold.engines.exllamav3.sizing import (
 from sparkfold.engines.exllamav3.vision import VisionPreprocessor
 from sparkfold.units import GIB
 
-__all__ = ["Loaded", "front", "load", "warm_up"]
+__all__ = ["Loaded", "load", "server_side", "warm_up"]
 
 log = logging.getLogger(__name__)
 
@@ -124,8 +124,8 @@ def warm_up(model: Any, cache: Any, settings: EngineSettings, draft_size: int) -
 def _glm_chat(
     settings: EngineSettings, directory: Path, tokenizer: Any, vocab_size: int, preprocessor: Any = None
 ) -> Any:
+    from sparkfold.glm.chat import GlmChat, is_glm_model
     from sparkfold.glm.media import MediaLimits
-    from sparkfold.glm.serving import GlmChat, is_glm_model
 
     root = json.loads((directory / "config.json").read_text(encoding="utf-8"))
     if not is_glm_model(root):
@@ -144,7 +144,7 @@ def _glm_chat(
     )
 
 
-def front(settings: EngineSettings, vocab_size: int, pictures: Any = None) -> tuple[Any, Any]:
+def server_side(settings: EngineSettings, vocab_size: int, pictures: Any = None) -> tuple[Any, Any]:
     """What the HTTP side of an engine core needs: the tokenizer and the GLM protocol; ``pictures``
     (a :class:`~sparkfold.engines.exllamav3.vision.RemoteVisionPreprocessor`) when the core has a
     vision tower, which stays on the GPU, in the core."""

@@ -39,7 +39,7 @@ KEEPALIVE_S = 60.0  # an idle rank 0 sends rank 1 a no-op this often (gloo ops t
 
 
 def _is_glm_checkpoint(source: ModelSource) -> bool:
-    from sparkfold.glm.serving import is_glm_model
+    from sparkfold.glm.chat import is_glm_model
 
     config = Path(source.path) / "config.json"
     if source.gguf_file or not config.is_file():
@@ -69,7 +69,7 @@ def _load_weights(settings: EngineSettings, source: ModelSource) -> tuple[Any, A
     return model, tokenizer
 
 
-def front(settings: EngineSettings) -> tuple[Any, Any]:
+def server_side(settings: EngineSettings) -> tuple[Any, Any]:
     """What the HTTP side of an engine core needs, without the weights: the tokenizer, the GLM protocol."""
     from transformers import AutoConfig
 
@@ -81,9 +81,9 @@ def front(settings: EngineSettings) -> tuple[Any, Any]:
 
 
 def _glm_chat(settings: EngineSettings, source: ModelSource, config: Any, tokenizer: Any) -> Any:
-    """The GLM protocol for a GLM checkpoint (``sparkfold.glm.serving.GlmChat``), else ``None``."""
+    """The GLM protocol for a GLM checkpoint (``sparkfold.glm.chat.GlmChat``), else ``None``."""
+    from sparkfold.glm.chat import GlmChat, is_glm_model
     from sparkfold.glm.media import MediaLimits
-    from sparkfold.glm.serving import GlmChat, is_glm_model
 
     if not is_glm_model(config):
         return None
@@ -228,7 +228,7 @@ class TransformersGenerator(ThreadedEngine[_Job]):
         self._runner = runner
         self.tp = 2 if runner.link is not None else 1
         self.glm = glm
-        """``sparkfold.glm.serving.GlmChat`` for a GLM checkpoint (the server then speaks GLM)."""
+        """``sparkfold.glm.chat.GlmChat`` for a GLM checkpoint (the server then speaks GLM)."""
         self.context_length = context_length
         self.parallel = parallel
         self._on_fatal = on_fatal

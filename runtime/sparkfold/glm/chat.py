@@ -29,7 +29,7 @@ from typing import Any
 from sparkfold.config import FORCED_CALLS_PER_TOOL
 from sparkfold.glm.errors import MediaError
 from sparkfold.glm.media import MediaLimits, collect_media, load_media, require_vision, vision_inputs
-from sparkfold.glm.parser import OutputParser
+from sparkfold.glm.parser import GlmParser
 from sparkfold.glm.render import PromptRenderer, RenderedPrompt
 from sparkfold.glm.tokens import STOP_TOKENS, THINK_END
 from sparkfold.protocol import Delta
@@ -61,7 +61,7 @@ class StreamParser:
     def __init__(
         self, tools: Sequence[Mapping[str, Any]] | None, *, thinking: bool, max_calls: int | None = None
     ) -> None:
-        self._parser = OutputParser(tools, thinking=thinking, max_calls=max_calls)
+        self._parser = GlmParser(tools, thinking=thinking, max_calls=max_calls)
 
     @property
     def rejected(self) -> list[str]:

@@ -2,7 +2,7 @@
 
 :class:`EngineService` validates a request against the engine (window, capacity, unsupported
 fields), renders chat prompts, runs the generator and turns token ids into text (stop strings,
-incremental decoding), keeping the counters. Client mistakes come back as :class:`ApiError`
+incremental decoding), keeping the counters. Client mistakes come back as :class:`ErrorReply`
 values; ``server.py`` maps them to HTTP.
 
 Two rules keep the event loop free and the gateway in charge of capacity:
@@ -48,9 +48,9 @@ from sparkfold.protocol import (
 )
 
 if TYPE_CHECKING:
-    from sparkfold.glm.serving import GlmChat
+    from sparkfold.glm.chat import GlmChat
 
-__all__ = ["FOLLOW_S", "ApiError", "EngineService", "Outcome", "Prepared", "unavailable"]
+__all__ = ["FOLLOW_S", "EngineService", "ErrorReply", "Outcome", "Prepared", "unavailable"]
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ FOLLOW_S = 2.0
 
 
 @dataclass(frozen=True)
-class ApiError:
+class ErrorReply:
     """A refused request: HTTP status plus the OpenAI error body."""
 
     status: int
@@ -76,9 +76,9 @@ class ApiError:
         )
 
 
-def unavailable(exc: EngineGone) -> ApiError:
+def unavailable(exc: EngineGone) -> ErrorReply:
     """The engine's process is gone: 503 ``engine_unavailable`` (retried by clients and the gateway)."""
-    return ApiError(503, str(exc), None, "engine_unavailable", "server_error")
+    return ErrorReply(503, str(exc), None, "engine_unavailable", "server_error")
 
 
 @dataclass(frozen=True)
@@ -189,9 +189,9 @@ class EngineService:
 
     # --- admission ------------------------------------------------------------------------------
 
-    def _check_common(self, request: ChatCompletionRequest | CompletionRequest) -> ApiError | None:
+    def _check_common(self, request: ChatCompletionRequest | CompletionRequest) -> ErrorReply | None:
         if request.model and request.model != self.served_name:
-            return ApiError(
+            return ErrorReply(
                 404,
                 f"The model `{request.model}` does not exist; this server serves `{self.served_name}`.",
                 "model",
@@ -199,16 +199,16 @@ class EngineService:
             )
         wants = request.logprobs not in (None, False) or getattr(request, "top_logprobs", None)
         if wants and not self.supports_logprobs:
-            return ApiError(
+            return ErrorReply(
                 400,
                 f"logprobs are not available from the {self.generator.backend} engine; leave logprobs unset",
                 "logprobs",
             )
         if getattr(request, "top_logprobs", None) and not request.logprobs:
-            return ApiError(400, "top_logprobs needs logprobs: true", "top_logprobs")
+            return ErrorReply(400, "top_logprobs needs logprobs: true", "top_logprobs")
         for penalty in ("frequency_penalty", "presence_penalty"):  # never silently ignored
             if getattr(request, penalty, None):
-                return ApiError(
+                return ErrorReply(
                     400, f"{penalty} is not supported by this engine; leave it unset or 0", penalty
                 )
         extra = ignored_fields(request)
@@ -224,18 +224,18 @@ class EngineService:
         """What ``/v1/models`` tells the gateway this engine can do."""
         return EngineCapabilities(backend=self.generator.backend, logprobs=self.supports_logprobs)
 
-    def prepare_chat_choices(self, request: ChatCompletionRequest) -> list[Prepared] | ApiError:
+    def prepare_chat_choices(self, request: ChatCompletionRequest) -> list[Prepared] | ErrorReply:
         """One prepared reply per choice (``n``), each with its own seed, grammar and parser."""
         started = time.monotonic()
         out = []
         for one in _choices(request, self.seed):
             prepared = self.prepare_chat(one)
-            if isinstance(prepared, ApiError):
+            if isinstance(prepared, ErrorReply):
                 return prepared
             out.append(prepared)
         return _stamp(out, started)
 
-    def prepare_chat(self, request: ChatCompletionRequest) -> Prepared | ApiError:
+    def prepare_chat(self, request: ChatCompletionRequest) -> Prepared | ErrorReply:
         error = self._check_common(request)
         if error:
             return error
@@ -246,20 +246,20 @@ class EngineService:
         try:  # a model without a vision tower refuses pictures rather than ignoring them
             require_vision(collect_media(request.messages), has_vision=False, model=self.served_name)
         except GlmError as exc:
-            return ApiError(exc.status, exc.message, exc.param)
+            return ErrorReply(exc.status, exc.message, exc.param)
         if self.renderer is None:
-            return ApiError(400, "this model has no chat template; use /v1/completions", "messages")
+            return ErrorReply(400, "this model has no chat template; use /v1/completions", "messages")
         try:  # a renderer or parser refuses a request with a ValueError; ``param`` names the field
             matcher = self._template_matcher(request)
             prompt = self.renderer.render(request)
             parser = self.parser_factory(request)
         except GlmError as exc:
-            return ApiError(exc.status, exc.message, exc.param)
+            return ErrorReply(exc.status, exc.message, exc.param)
         except ValueError as exc:
-            return ApiError(400, str(exc), getattr(exc, "param", None) or "messages")
+            return ErrorReply(400, str(exc), getattr(exc, "param", None) or "messages")
         ids = self.encode(prompt, add_special_tokens=False)
         prepared = self._admit(ids, request.reply_budget, request, "messages")
-        if isinstance(prepared, ApiError):
+        if isinstance(prepared, ErrorReply):
             return prepared
         return replace(prepared, params=replace(prepared.params, constraint=matcher), parser=parser)
 
@@ -289,39 +289,39 @@ class EngineService:
             )
         return self._grammar.matcher(constraint, thinking=False)
 
-    def tokenize_chat(self, request: ChatCompletionRequest) -> list[int] | ApiError:
+    def tokenize_chat(self, request: ChatCompletionRequest) -> list[int] | ErrorReply:
         """The prompt ids generation renders for ``request`` (``/tokenize``), or the 400 it gets."""
         if self.renderer is None:
-            return ApiError(400, "this model has no chat template", "messages")
+            return ErrorReply(400, "this model has no chat template", "messages")
         try:
             prompt = self.renderer.render(request)
         except GlmError as exc:
-            return ApiError(exc.status, exc.message, exc.param)
+            return ErrorReply(exc.status, exc.message, exc.param)
         except ValueError as exc:  # a renderer refuses a request with a ValueError naming ``param``
-            return ApiError(400, str(exc), getattr(exc, "param", None) or "messages")
+            return ErrorReply(400, str(exc), getattr(exc, "param", None) or "messages")
         return self.encode(prompt, add_special_tokens=False)
 
-    def _prepare_glm(self, request: ChatCompletionRequest, glm: GlmChat) -> Prepared | ApiError:
+    def _prepare_glm(self, request: ChatCompletionRequest, glm: GlmChat) -> Prepared | ErrorReply:
         """Render, load pictures and compile the structured-output grammar (``sparkfold.glm``)."""
         try:
             turn = glm.prepare(request)
         except GlmError as exc:
-            return ApiError(exc.status, exc.message, exc.param)
+            return ErrorReply(exc.status, exc.message, exc.param)
         except EngineGone as exc:  # an engine core measures pictures: it may be gone by now
             return unavailable(exc)
         if turn.vision and self.generator.tp > 1:
-            return ApiError(
+            return ErrorReply(
                 400, "pictures need an engine with tp = 1; remove the image/video parts", "messages"
             )
         ids = self.encode(turn.prompt, add_special_tokens=False)
         prepared = self._admit(ids, request.reply_budget, request, "messages")
-        if isinstance(prepared, ApiError):
+        if isinstance(prepared, ErrorReply):
             return prepared
         params = replace(prepared.params, constraint=turn.matcher, prefill_inputs=turn.vision or None)
         think_end = glm.think_end_id if turn.rendered.thinking else None
         return replace(prepared, params=params, parser=turn.parser(), reasoning_end=think_end)
 
-    def prepare_completion(self, request: CompletionRequest) -> list[tuple[Prepared, str]] | ApiError:
+    def prepare_completion(self, request: CompletionRequest) -> list[tuple[Prepared, str]] | ErrorReply:
         """One prepared reply per prompt and choice (prompt-major, as OpenAI orders ``choices``),
         each with the text ``echo`` puts before it."""
         started = time.monotonic()
@@ -329,7 +329,9 @@ class EngineService:
         if error:
             return error
         if request.echo and request.logprobs is not None:
-            return ApiError(400, "echo with logprobs needs the prompt's log-probabilities; drop one", "echo")
+            return ErrorReply(
+                400, "echo with logprobs needs the prompt's log-probabilities; drop one", "echo"
+            )
         prompt: Any = request.prompt
         single = isinstance(prompt, str) or isinstance(prompt[0], int)
         prompts: list[str | list[int]] = [prompt] if single else list(prompt)
@@ -342,11 +344,11 @@ class EngineService:
                 ids = list(one)
                 bad = self.invalid_token_ids(ids)
                 if bad:
-                    return ApiError(400, bad, param)
+                    return ErrorReply(400, bad, param)
             echo = (one if isinstance(one, str) else self.generator.decode(ids)) if request.echo else ""
             for choice in _choices(request, self.seed):
                 prepared = self._admit(ids, request.max_tokens, choice, param)
-                if isinstance(prepared, ApiError):
+                if isinstance(prepared, ErrorReply):
                     return prepared
                 out.append((prepared, echo))
         _stamp([prepared for prepared, _ in out], started)
@@ -365,14 +367,14 @@ class EngineService:
         budget: int | None,
         request: ChatCompletionRequest | CompletionRequest,
         prompt_field: str,
-    ) -> Prepared | ApiError:
+    ) -> Prepared | ErrorReply:
         window = self.generator.context_length
         if not ids:
-            return ApiError(400, "the prompt is empty", prompt_field)
+            return ErrorReply(400, "the prompt is empty", prompt_field)
         if budget is None:
             budget = min(self.max_tokens, window - len(ids))
         if len(ids) + max(budget, 1) > window:
-            return ApiError(
+            return ErrorReply(
                 400,
                 f"This server's maximum context length is {window} tokens. However, you requested "
                 f"{len(ids) + budget} tokens ({len(ids)} in the messages, {budget} in the completion). "
@@ -399,7 +401,7 @@ class EngineService:
         """``work(*args)`` in the prompt worker thread (rendering, tokenizing, pictures, grammar)."""
         return await asyncio.get_running_loop().run_in_executor(self._prepare, work, *args)
 
-    async def wait_for_lane(self) -> ApiError | None:
+    async def wait_for_lane(self) -> ErrorReply | None:
         """None once a lane is free; the 503 ``capacity`` if none freed within :data:`FOLLOW_S`."""
         parallel = self.generator.parallel
         loop = asyncio.get_running_loop()
@@ -407,7 +409,7 @@ class EngineService:
         while self.counters.requests_running + self._held >= parallel:
             left = give_up - loop.time()
             if left <= 0:
-                return ApiError(
+                return ErrorReply(
                     503,
                     f"the engine is at capacity ({parallel} requests); retry",
                     None,
