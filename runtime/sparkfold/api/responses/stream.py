@@ -1,4 +1,5 @@
-"""Chat events as Responses stream events (``response.created`` ... ``response.completed``).
+"""Chat events as Responses stream events (``response.created`` ... ``response.completed``, or
+``response.incomplete`` for a reply cut by ``max_output_tokens``).
 
 Reasoning, the message text and each function call are output items: ``output_item.added``,
 their deltas (``reasoning_text.delta``, ``output_text.delta``, ``function_call_arguments.delta``),
@@ -181,5 +182,7 @@ async def responses_sse(
     status = "incomplete" if finish == "length" else "completed"
     done = skeleton(status, output, usage, finish)
     on_done(done, reply)
-    # always response.completed (as TensorFold does): SDKs wait for it; the status says "incomplete"
-    yield emit("response.completed", {"response": done})
+    # the terminal event is named for the status, as OpenAI's is (openai SDK:
+    # types/responses/response_incomplete_event.py): a reply cut by max_output_tokens ends with
+    # response.incomplete, whose response says incomplete_details.reason
+    yield emit(f"response.{status}", {"response": done})
