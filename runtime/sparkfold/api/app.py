@@ -45,6 +45,7 @@ from sparkfold.api.openai.serving import ChatServing, CompletionServing, Utility
 from sparkfold.api.responses import routes as responses_routes
 from sparkfold.api.responses.serving import ResponsesServing
 from sparkfold.api.responses.store import ResponseStore
+from sparkfold.api.sealed import ReasoningSeal
 from sparkfold.api.state import Gateway
 from sparkfold.api.upstream import Connect, Engine
 from sparkfold.asgi import PACING_KEY, Pacing, methods_on
@@ -191,6 +192,7 @@ class App:
         metrics = Metrics(lanes, engine_load)
         served = settings.engine.served_name
         capabilities = Capabilities(engine, engine_start)
+        seal = ReasoningSeal()  # this start's key for the reasoning clients send back
         chat = ChatServing(
             engine=engine,
             capabilities=capabilities,
@@ -216,10 +218,7 @@ class App:
             ),
             utility=UtilityServing(engine=engine, served_name=served, limits=chat.limits),
             messages=MessagesServing(chat=chat, engine=engine),
-            responses=ResponsesServing(
-                chat=chat,
-                store=ResponseStore.from_settings(api),
-            ),
+            responses=ResponsesServing(chat=chat, store=ResponseStore.from_settings(api), seal=seal),
             health=HealthServing(
                 engine=engine,
                 lanes=lanes,
