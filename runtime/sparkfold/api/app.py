@@ -217,7 +217,7 @@ class App:
                 served_name=served,
             ),
             utility=UtilityServing(engine=engine, served_name=served, limits=chat.limits),
-            messages=MessagesServing(chat=chat, engine=engine),
+            messages=MessagesServing(chat=chat, engine=engine, seal=seal),
             responses=ResponsesServing(chat=chat, store=ResponseStore.from_settings(api), seal=seal),
             health=HealthServing(
                 engine=engine,

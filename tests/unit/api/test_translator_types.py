@@ -77,7 +77,7 @@ anthropic_fields = {
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 @given(body=fields_of(MessagesRequest, anthropic_fields))
 def test_messages_with_wrong_types_never_crash_the_translator(body: dict[str, Any]) -> None:
-    _check(MessagesRequest, body, anthropic.to_chat)
+    _check(MessagesRequest, body, lambda request: anthropic.to_chat(request, ReasoningSeal()))
 
 
 item = typed_dict(
