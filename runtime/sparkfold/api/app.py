@@ -40,6 +40,7 @@ from sparkfold.api.limits import MediaLimits
 from sparkfold.api.metrics import EngineLoad, Metrics
 from sparkfold.api.middleware import Admission, Auth, BodyLimit, Observe, RequestId, ServerErrors
 from sparkfold.api.middleware.auth import is_preflight
+from sparkfold.api.model_names import ModelNames
 from sparkfold.api.openai import routes as openai_routes
 from sparkfold.api.openai.serving import ChatServing, CompletionServing, UtilityServing
 from sparkfold.api.responses import routes as responses_routes
@@ -191,6 +192,7 @@ class App:
         lanes = Lanes(api.parallel, api.max_queued)
         metrics = Metrics(lanes, engine_load)
         served = settings.engine.served_name
+        names = ModelNames(served, api.model_aliases)
         capabilities = Capabilities(engine, engine_start)
         seal = ReasoningSeal()  # this start's key for the reasoning clients send back
         chat = ChatServing(
@@ -200,6 +202,7 @@ class App:
             limits=MediaLimits.of(api),
             keepalive_s=api.keepalive_s,
             served_name=served,
+            names=names,
         )
         tokenizer_knobs = "the tokenizer routes' own lanes, apart from the generating ones"
         self.gateway = Gateway(
@@ -215,8 +218,9 @@ class App:
                 metrics=metrics,
                 keepalive_s=api.keepalive_s,
                 served_name=served,
+                names=names,
             ),
-            utility=UtilityServing(engine=engine, served_name=served, limits=chat.limits),
+            utility=UtilityServing(engine=engine, served_name=served, limits=chat.limits, names=names),
             messages=MessagesServing(chat=chat, engine=engine, seal=seal),
             responses=ResponsesServing(chat=chat, store=ResponseStore.from_settings(api), seal=seal),
             health=HealthServing(
