@@ -22,9 +22,14 @@ IGNORED_TOOLS_SHOWN = 16
 """Ignored tools the header names (then ``...``): a header stays short."""
 
 
+def _printable(label: str) -> str:
+    """``label`` as printable ASCII (a header value may hold nothing else: ``\n`` would end it)."""
+    return "".join(c if " " <= c <= "~" else c.encode("unicode_escape").decode("ascii") for c in label)
+
+
 def _header_text(labels: list[str]) -> str:
-    """``labels`` as one header value: ASCII, comma-separated, at most ``IGNORED_TOOLS_SHOWN``."""
-    shown = [label.encode("ascii", "backslashreplace").decode("ascii")[:64] for label in labels]
+    """``labels`` as one header value: printable ASCII, comma-separated, at most ``IGNORED_TOOLS_SHOWN``."""
+    shown = [_printable(label)[:64] for label in labels]
     more = ", ..." if len(shown) > IGNORED_TOOLS_SHOWN else ""
     return ", ".join(shown[:IGNORED_TOOLS_SHOWN]) + more
 

@@ -155,3 +155,11 @@ def test_reasoning_items_carry_no_blob_unless_asked(gateway: Running, fake: Scri
 def test_an_unknown_tool_type_is_a_400_naming_the_known_ones(gateway: Running) -> None:
     with pytest.raises(openai.BadRequestError, match=r"tools\[0\]: unknown tool type 'functoin'.*web_search"):
         client(gateway).responses.create(model="fake", input="x", tools=[{"type": "functoin", "name": "f"}])  # type: ignore[list-item]
+
+
+def test_the_ignored_tools_header_holds_any_tool_name(gateway: Running) -> None:
+    """A name with a line break or non-ASCII text is escaped, never an invalid header (the
+    connection closed without an answer)."""
+    tools: Any = [{"type": "mcp", "server_label": "a\nb\x0bé"}, {"type": "web_search"}]
+    raw = client(gateway).responses.with_raw_response.create(model="fake", input="x", tools=tools)
+    assert raw.headers[IGNORED_TOOLS_HEADER] == "mcp:a\\nb\\x0b\\xe9, web_search"
