@@ -23,7 +23,7 @@ import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -609,6 +609,12 @@ class ApiSettings(_Section):
     cors_allowed_origins: list[str] = Field(
         default_factory=list,
         description='browser origins allowed to call the API (CORS), e.g. "https://app.example"; "*" = any',
+    )
+    model_aliases: list[Annotated[str, Field(min_length=1, max_length=256)]] = Field(
+        default_factory=list,
+        max_length=256,
+        description='model names answered by engine.served_name: glob patterns, e.g. "claude-*", "gpt-5*" '
+        "(what coding agents ask for by default); empty = only the served name answers",
     )
 
     @property

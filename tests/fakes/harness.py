@@ -34,13 +34,13 @@ class Running:
         return self.http.get("/health").json()
 
 
-def settings_for(engine_port: int, **api: Any) -> Settings:
+def settings_for(engine_port: int, *, served_name: str = "fake", **api: Any) -> Settings:
     base = {"host": "127.0.0.1", "port": 1, "keepalive_s": 15, "parallel": 4, "max_queued": 16}
     return parse(
         {
             "engine": {
                 "model": "fake",
-                "served_name": "fake",
+                "served_name": served_name,
                 "port": engine_port,
                 "context": 8192,
                 "max_tokens": 256,

@@ -87,6 +87,14 @@ class Served:
         )
 
 
+GATEWAY: dict[str, Any] = {
+    "parallel": 2,
+    "max_queued": 4,
+    "keepalive_s": 30,
+    "model_aliases": ["claude-*", "gpt-5*"],  # as the example inventory sets them
+}
+
+
 @pytest.fixture(scope="module", params=["demo", "glm"])
 def served(
     request: pytest.FixtureRequest, smol_dir: Path, tmp_path_factory: pytest.TempPathFactory
@@ -105,7 +113,7 @@ def served(
     )
     with (
         serving(config, directory / "engine.log", port),
-        ServerThread(create_app(settings_for(port, parallel=2, max_queued=4, keepalive_s=30))) as gateway,
+        ServerThread(create_app(settings_for(port, served_name=name, **GATEWAY))) as gateway,
     ):
         yield Served(request.param, name, gateway.url)
 
@@ -400,6 +408,23 @@ def test_model_card_and_single_rank_health(served: Served) -> None:
         oai.models.retrieve("no-such-model")
     health = httpx.get(f"{served.url}/health", timeout=30).json()
     assert health["engine"]["ok"] and health["peer"] is None  # docs/api.md: null on one rank
+
+
+def test_the_agents_default_model_names_answer(served: Served) -> None:
+    """Claude Code and Codex ask for their vendor's models unless told otherwise: with
+    ``[api] model_aliases`` the served model answers them, and only them (the engine's 404 for the
+    rest)."""
+    ask: Any = [{"role": "user", "content": "Hi"}]
+    claude = served.claude().messages.create(model="claude-opus-5-5", max_tokens=4, messages=ask)
+    assert claude.model == "claude-opus-5-5" and claude.usage.output_tokens > 0
+    oai = served.oai()
+    chat = oai.chat.completions.create(model="gpt-5.5-codex", max_tokens=4, messages=ask, **GREEDY)
+    assert chat.choices[0].finish_reason in ("stop", "length")
+    assert oai.responses.create(model="gpt-5.5", input="Hi", max_output_tokens=4).usage is not None
+    assert [card.id for card in oai.models.list()] == [served.name, "claude-*", "gpt-5*"]
+    assert oai.models.retrieve("claude-haiku-4-5").id == "claude-haiku-4-5"
+    with pytest.raises(openai.NotFoundError, match=served.name):
+        oai.chat.completions.create(model="llama-3", max_tokens=4, messages=ask)
 
 
 # --- the SDKs' stream helpers and streamed agent frameworks ----------------------------------------

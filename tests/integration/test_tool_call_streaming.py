@@ -227,7 +227,8 @@ def test_responses_returns_a_cut_function_call(oai: openai.OpenAI, model: Model,
     body: Any = {"model": model.name, "input": ASK, "tools": RESPONSES_TOOLS, "max_output_tokens": cut(model)}
     if stream:
         events = list(oai.responses.create(**body, stream=True))
-        response = events[-1].response  # type: ignore[union-attr]
+        assert events[-1].type == "response.incomplete"  # the API's terminal event for the status
+        response = events[-1].response
     else:
         response = oai.responses.create(**body)
     (call,) = [item for item in response.output if item.type == "function_call"]

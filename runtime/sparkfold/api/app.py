@@ -40,11 +40,13 @@ from sparkfold.api.limits import MediaLimits
 from sparkfold.api.metrics import EngineLoad, Metrics
 from sparkfold.api.middleware import Admission, Auth, BodyLimit, Observe, RequestId, ServerErrors
 from sparkfold.api.middleware.auth import is_preflight
+from sparkfold.api.model_names import ModelNames
 from sparkfold.api.openai import routes as openai_routes
 from sparkfold.api.openai.serving import ChatServing, CompletionServing, UtilityServing
 from sparkfold.api.responses import routes as responses_routes
 from sparkfold.api.responses.serving import ResponsesServing
 from sparkfold.api.responses.store import ResponseStore
+from sparkfold.api.sealed import ReasoningSeal
 from sparkfold.api.state import Gateway
 from sparkfold.api.upstream import Connect, Engine
 from sparkfold.asgi import PACING_KEY, Pacing, methods_on
@@ -190,7 +192,9 @@ class App:
         lanes = Lanes(api.parallel, api.max_queued)
         metrics = Metrics(lanes, engine_load)
         served = settings.engine.served_name
+        names = ModelNames(served, api.model_aliases)
         capabilities = Capabilities(engine, engine_start)
+        seal = ReasoningSeal()  # this start's key for the reasoning clients send back
         chat = ChatServing(
             engine=engine,
             capabilities=capabilities,
@@ -198,6 +202,7 @@ class App:
             limits=MediaLimits.of(api),
             keepalive_s=api.keepalive_s,
             served_name=served,
+            names=names,
         )
         tokenizer_knobs = "the tokenizer routes' own lanes, apart from the generating ones"
         self.gateway = Gateway(
@@ -213,13 +218,11 @@ class App:
                 metrics=metrics,
                 keepalive_s=api.keepalive_s,
                 served_name=served,
+                names=names,
             ),
-            utility=UtilityServing(engine=engine, served_name=served, limits=chat.limits),
-            messages=MessagesServing(chat=chat, engine=engine),
-            responses=ResponsesServing(
-                chat=chat,
-                store=ResponseStore.from_settings(api),
-            ),
+            utility=UtilityServing(engine=engine, served_name=served, limits=chat.limits, names=names),
+            messages=MessagesServing(chat=chat, engine=engine, seal=seal),
+            responses=ResponsesServing(chat=chat, store=ResponseStore.from_settings(api), seal=seal),
             health=HealthServing(
                 engine=engine,
                 lanes=lanes,

@@ -30,6 +30,8 @@ class CallContext:
     admit: Admit = _no_admission
     tenant: str = ""
     """The digest of the API key that made the call (``""`` without keys): stored objects' owner."""
+    headers: dict[str, str] = field(default_factory=dict)
+    """Response headers the serving adds (the route sends them with the answer, an error's too)."""
 
     @classmethod
     def of_scope(cls, scope: Mapping[str, Any], route: str) -> CallContext:

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from sparkfold.api.anthropic.protocol import MessagesRequest
 from sparkfold.api.anthropic.translate import from_chat, to_chat
 from sparkfold.api.errors import InvalidRequest
+from sparkfold.api.sealed import ReasoningSeal
 from sparkfold.protocol import ChatCompletionRequest
 
 json_leaf = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8)
@@ -85,7 +86,7 @@ request = st.fixed_dictionaries(
 @settings(max_examples=1000, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 @given(body=request)
 def test_translation_never_raises(body: dict[str, Any]) -> None:
-    translated = to_chat(MessagesRequest.model_validate(body))
+    translated = to_chat(MessagesRequest.model_validate(body), ReasoningSeal())
     assert isinstance(translated, ChatCompletionRequest | InvalidRequest)
     if isinstance(translated, InvalidRequest):
         assert translated.status == 400 and translated.message
@@ -122,5 +123,6 @@ def test_replies_translate_back(message: dict[str, Any], finish: str | None, usa
         {"choices": [{"message": message, "finish_reason": finish}], "usage": usage},
         model="m",
         stop_sequences=None,
+        seal=ReasoningSeal(),
     )
     assert result["type"] == "message" and result["stop_reason"] in ("end_turn", "max_tokens", "tool_use")

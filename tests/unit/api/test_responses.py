@@ -51,6 +51,22 @@ def test_streamed_text_and_function_call(gateway: Running, fake: ScriptedEngine)
     assert call.type == "function_call" and call.name == "lookup" and call.arguments == '{"q": "x"}'
 
 
+def test_a_stream_cut_by_max_output_tokens_ends_with_response_incomplete(
+    gateway: Running, fake: ScriptedEngine
+) -> None:
+    """The API's terminal event follows the response's status: ``response.incomplete`` for a reply
+    cut by the budget (openai SDK: types/responses/response_incomplete_event.py), never
+    ``response.completed`` saying ``incomplete``."""
+    fake.queue(Script(content=["a", "b"], finish_reason="length"))
+    events = list(client(gateway).responses.create(model="fake", input="x", max_output_tokens=2, stream=True))
+    last = events[-1]
+    assert "response.completed" not in [e.type for e in events]
+    assert last.type == "response.incomplete"
+    assert last.response.status == "incomplete"
+    assert last.response.incomplete_details is not None
+    assert last.response.incomplete_details.reason == "max_output_tokens"
+
+
 def test_unknown_include_value_is_400(gateway: Running) -> None:
     with pytest.raises(openai.BadRequestError, match="include"):
         client(gateway).responses.create(model="fake", input="x", include=["bogus"])  # type: ignore[list-item]

@@ -20,6 +20,8 @@ from sparkfold.api.anthropic.protocol import MessagesRequest
 from sparkfold.api.errors import InvalidRequest
 from sparkfold.api.responses import translate as responses
 from sparkfold.api.responses.protocol import ResponsesRequest
+from sparkfold.api.responses.tools import responses_tools
+from sparkfold.api.sealed import ReasoningSeal
 from sparkfold.protocol import ChatCompletionRequest
 
 EXAMPLES = 200  # per test: some seconds each
@@ -75,7 +77,7 @@ anthropic_fields = {
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 @given(body=fields_of(MessagesRequest, anthropic_fields))
 def test_messages_with_wrong_types_never_crash_the_translator(body: dict[str, Any]) -> None:
-    _check(MessagesRequest, body, anthropic.to_chat)
+    _check(MessagesRequest, body, lambda request: anthropic.to_chat(request, ReasoningSeal()))
 
 
 item = typed_dict(
@@ -96,4 +98,10 @@ responses_fields = {
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 @given(body=fields_of(ResponsesRequest, responses_fields))
 def test_responses_with_wrong_types_never_crash_the_translator(body: dict[str, Any]) -> None:
-    _check(ResponsesRequest, body, lambda request: responses.to_chat(request, []))
+    def translate(request: ResponsesRequest) -> object:
+        tools = responses_tools(request.tools)
+        if isinstance(tools, InvalidRequest):
+            return tools
+        return responses.to_chat(request, [], tools=tools, seal=ReasoningSeal())
+
+    _check(ResponsesRequest, body, translate)

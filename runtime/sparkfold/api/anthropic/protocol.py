@@ -22,7 +22,9 @@ class _Request(BaseModel):
 
 
 class Message(_Request):
-    role: Literal["user", "assistant"]
+    # "system": a system turn in place, as Claude Code sends its environment block (anthropic
+    # SDK: types/system_message_param.py)
+    role: Literal["user", "assistant", "system"]
     content: Content
 
 
@@ -46,6 +48,9 @@ class MessagesRequest(_Request):
     output_config: dict[str, Any] | None = Field(
         None, description="`effort` (low/medium/high/max) and `format` (a JSON schema for the answer)"
     )
+    context_management: dict[str, Any] | None = Field(
+        None, description="`edits`: `clear_thinking_20251015` is honoured, the others are logged as ignored"
+    )
 
 
 class CountTokensRequest(_Request):
@@ -57,6 +62,9 @@ class CountTokensRequest(_Request):
     tools: Tools | None = None
     output_config: dict[str, Any] | None = Field(
         None, description="`effort` counts as the reply's (`format` does not change the prompt)"
+    )
+    context_management: dict[str, Any] | None = Field(
+        None, description="`clear_thinking_20251015` counts as the reply's"
     )
 
 

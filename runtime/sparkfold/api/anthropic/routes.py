@@ -17,7 +17,7 @@ router = APIRouter()
 @router.post("/messages", include_in_schema=False)  # TensorFold's alias
 async def messages(body: MessagesRequest, request: Request) -> Response:
     call = CallContext.of_scope(request.scope, request.scope["path"])
-    return respond(await gateway(request).messages.create(body, call), request.scope["path"])
+    return respond(await gateway(request).messages.create(body, call), request.scope["path"], call.headers)
 
 
 @router.post("/messages/count_tokens", include_in_schema=False)
@@ -29,4 +29,6 @@ async def messages(body: MessagesRequest, request: Request) -> Response:
 )
 async def count_tokens(body: CountTokensRequest, request: Request) -> Response:
     call = CallContext.of_scope(request.scope, request.scope["path"])
-    return respond(await gateway(request).messages.count_tokens(body, call), request.scope["path"])
+    return respond(
+        await gateway(request).messages.count_tokens(body, call), request.scope["path"], call.headers
+    )

@@ -5,10 +5,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from sparkfold.api.anthropic.context import log_unapplied_edits
 from sparkfold.api.anthropic.protocol import CountTokensRequest, MessagesRequest
 from sparkfold.api.anthropic.stream import anthropic_sse
 from sparkfold.api.anthropic.translate import (
+    chat_tools,
     from_chat,
+    omits_thinking,
     prompt_of,
     reasoning_fields,
     redacted_blocks,
@@ -16,8 +19,10 @@ from sparkfold.api.anthropic.translate import (
 )
 from sparkfold.api.context import CallContext
 from sparkfold.api.errors import ApiError, InvalidRequest
+from sparkfold.api.ignored_tools import say_ignored_tools
 from sparkfold.api.openai.serving import ChatServing, log_ignored, tokenizer_call
 from sparkfold.api.reasoning import resolve_reasoning
+from sparkfold.api.sealed import ReasoningSeal
 from sparkfold.api.upstream import Engine
 from sparkfold.asgi import EventStream
 from sparkfold.protocol import TokenizeResponse, ignored_summary
@@ -28,8 +33,13 @@ log = logging.getLogger(__name__)
 
 
 def _log_dropped(request: MessagesRequest | CountTokensRequest, call: CallContext) -> None:
-    """Ignored fields, and the ``redacted_thinking`` blocks the translation drops, by place."""
+    """Ignored fields, context edits and tools, and the ``redacted_thinking`` blocks the
+    translation drops, by place."""
     log_ignored(request, call)
+    log_unapplied_edits(request.context_management, call)
+    tools = chat_tools(request)
+    if not isinstance(tools, InvalidRequest):
+        say_ignored_tools(tools[1], call)
     dropped = redacted_blocks(request)
     if dropped:
         log.info(
@@ -39,15 +49,16 @@ def _log_dropped(request: MessagesRequest | CountTokensRequest, call: CallContex
 
 
 class MessagesServing:
-    def __init__(self, *, chat: ChatServing, engine: Engine) -> None:
+    def __init__(self, *, chat: ChatServing, engine: Engine, seal: ReasoningSeal | None = None) -> None:
         self.chat = chat
         self.engine = engine
+        self.seal = seal or ReasoningSeal()
 
     async def create(
         self, request: MessagesRequest, call: CallContext
     ) -> dict[str, Any] | ApiError | EventStream:
         _log_dropped(request, call)
-        chat_request = to_chat(request)
+        chat_request = to_chat(request, self.seal)
         if isinstance(chat_request, ApiError):
             return chat_request
         prepared = self.chat.prepare(chat_request, call)
@@ -57,7 +68,13 @@ class MessagesServing:
             result = await self.chat.complete(prepared, call)
             if isinstance(result, ApiError):
                 return result
-            return from_chat(result, model=request.model, stop_sequences=request.stop_sequences)
+            return from_chat(
+                result,
+                model=request.model,
+                stop_sequences=request.stop_sequences,
+                seal=self.seal,
+                omit_thinking=omits_thinking(request),
+            )
         stream = await self.chat.open(prepared, call)
         if isinstance(stream, ApiError):
             return stream
@@ -65,7 +82,7 @@ class MessagesServing:
         async def count_input() -> int | None:
             """The prompt's tokens, for an engine whose first chunk has none (TensorFold): its
             ``/tokenize``, inside the lane this stream already holds; None if it cannot say."""
-            body = _tokenize_body(request)
+            body = _tokenize_body(request, self.seal)
             if isinstance(body, InvalidRequest):
                 return None
             try:
@@ -75,13 +92,18 @@ class MessagesServing:
             return answer.count
 
         events = anthropic_sse(
-            stream, model=request.model, stop_sequences=request.stop_sequences, count_input=count_input
+            stream,
+            model=request.model,
+            stop_sequences=request.stop_sequences,
+            count_input=count_input,
+            seal=self.seal,
+            omit_thinking=omits_thinking(request),
         )
         return EventStream(events, stream.aclose, self.chat.metrics.cancelled.inc)
 
     async def count_tokens(self, request: CountTokensRequest, call: CallContext) -> dict[str, Any] | ApiError:
         _log_dropped(request, call)
-        body = _tokenize_body(request)
+        body = _tokenize_body(request, self.seal)
         if isinstance(body, InvalidRequest):
             return body
         result = await tokenizer_call(self.engine, call, "/tokenize", body, TokenizeResponse)
@@ -90,9 +112,11 @@ class MessagesServing:
         return {"input_tokens": result["count"]}
 
 
-def _tokenize_body(request: MessagesRequest | CountTokensRequest) -> dict[str, Any] | InvalidRequest:
+def _tokenize_body(
+    request: MessagesRequest | CountTokensRequest, seal: ReasoningSeal
+) -> dict[str, Any] | InvalidRequest:
     """The engine ``/tokenize`` body that counts the request's prompt (tools included when shown)."""
-    prompt = prompt_of(request)
+    prompt = prompt_of(request, seal)
     if isinstance(prompt, InvalidRequest):
         return prompt
     messages, tools = prompt

@@ -1,7 +1,9 @@
 """Chat events as Anthropic Messages stream events.
 
 ``message_start``; for each run of reasoning, text or a tool call a ``content_block_start``,
-its deltas (``thinking_delta``, ``text_delta``, ``input_json_delta``) and ``content_block_stop``;
+its deltas (``thinking_delta`` (none when the request asked ``thinking.display: "omitted"``) and
+the block's ``signature_delta`` before it stops, ``text_delta``, ``input_json_delta``) and
+``content_block_stop``;
 ``message_delta`` with the stop reason and usage; ``message_stop``. Silence becomes ``ping``; an
 engine error after the stream opened becomes an ``error`` event, which ends the stream.
 """
@@ -13,6 +15,7 @@ from typing import Any
 
 from sparkfold.api.anthropic.translate import anthropic_usage, stop_of
 from sparkfold.api.chat_stream import DONE, ChatEvent, as_chunk, choices_of, each_event, is_text
+from sparkfold.api.sealed import ReasoningSeal
 from sparkfold.protocol import new_id
 from sparkfold.sse import named_event as event
 
@@ -25,16 +28,19 @@ PING = event("ping", {"type": "ping"})
 class _Blocks:
     """The open content block and the index of the next one."""
 
-    def __init__(self) -> None:
+    def __init__(self, seal: ReasoningSeal) -> None:
         self.index = -1
         self.kind: str | None = None
         self.input_sent = False
+        self.seal = seal
+        self.thinking = ""  # the open thinking block's text: its signature seals it
 
     def switch(self, kind: str, start: dict[str, Any]) -> list[bytes]:
         out = self.close()
         self.index += 1
         self.kind = kind
         self.input_sent = False
+        self.thinking = ""
         out.append(
             event(
                 "content_block_start",
@@ -49,6 +55,8 @@ class _Blocks:
         out = []
         if self.kind == "tool_use" and not self.input_sent:  # a call without arguments: input {}
             out.append(self.delta({"type": "input_json_delta", "partial_json": "{}"}))
+        if self.kind == "thinking":
+            out.append(self.delta({"type": "signature_delta", "signature": self.seal.seal(self.thinking)}))
         self.kind = None
         out.append(event("content_block_stop", {"type": "content_block_stop", "index": self.index}))
         return out
@@ -86,11 +94,14 @@ async def anthropic_sse(
     model: str,
     stop_sequences: list[str] | None,
     count_input: Callable[[], Awaitable[int | None]] | None = None,
+    seal: ReasoningSeal | None = None,
+    omit_thinking: bool = False,
 ) -> AsyncIterator[bytes]:
     """The Anthropic stream of a chat stream. ``message_start`` carries the prompt's tokens from the
     engine's first chunk (our engines put them there); an engine that does not (TensorFold) has them
-    counted by ``count_input`` (its ``/tokenize``), else 0."""
-    blocks = _Blocks()
+    counted by ``count_input`` (its ``/tokenize``), else 0. ``seal`` signs each thinking block's
+    text; ``omit_thinking`` sends the blocks without it (``thinking.display: "omitted"``)."""
+    blocks = _Blocks(seal or ReasoningSeal())
     finish: dict[str, Any] = {}
     usage: dict[str, Any] = {}
     started = False
@@ -124,7 +135,9 @@ async def anthropic_sse(
                         "thinking", {"type": "thinking", "thinking": "", "signature": ""}
                     ):
                         yield out
-                yield blocks.delta({"type": "thinking_delta", "thinking": delta["reasoning_content"]})
+                blocks.thinking += delta["reasoning_content"]
+                if not omit_thinking:
+                    yield blocks.delta({"type": "thinking_delta", "thinking": delta["reasoning_content"]})
             if is_text(delta.get("content")):
                 if blocks.kind != "text":
                     for out in blocks.switch("text", {"type": "text", "text": ""}):

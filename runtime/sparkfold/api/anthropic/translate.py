@@ -1,22 +1,31 @@
 """Anthropic Messages <-> the engine's chat completions.
 
-:func:`to_chat` turns a Messages request into a chat request (system prompt, text and image
-blocks, ``tool_use`` / ``tool_result``, thinking blocks as ``reasoning_content`` (``redacted_thinking``
-blocks dropped), stop sequences, ``thinking``, ``output_config.effort`` and ``.format``) or an error
-naming the block.
+:func:`to_chat` turns a Messages request into a chat request (system prompt, system turns in
+place, text and image blocks, ``tool_use`` / ``tool_result``, thinking blocks as
+``reasoning_content`` (``redacted_thinking`` blocks dropped; an empty one restored from its
+signature, :mod:`sparkfold.api.sealed`), stop sequences, ``thinking``, ``output_config.effort`` and
+``.format``, ``context_management``) or an error naming the block.
 :func:`from_chat` turns a chat completion into a Messages response.
+
+Tools: a custom tool (``input_schema``) is offered as a function; a tool Anthropic defines (a
+``type`` such as ``web_search_20250305`` or ``bash_20250124``, anthropic SDK:
+``types/tool_union_param.py``) runs on Anthropic's servers or is called in a shape the model was
+not shown: it is not offered (:mod:`sparkfold.api.ignored_tools`).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from pydantic import ValidationError
 from pydantic_core import from_json
 
+from sparkfold.api.anthropic.context import apply_clear_thinking, thinking_turns_kept
 from sparkfold.api.anthropic.protocol import CountTokensRequest, MessagesRequest
 from sparkfold.api.errors import InvalidRequest, untranslatable
+from sparkfold.api.sealed import ReasoningSeal
 from sparkfold.api.tool_results import orphan_result
 from sparkfold.protocol import ChatCompletionRequest, new_id
 
@@ -25,14 +34,18 @@ __all__ = [
     "anthropic_usage",
     "chat_tools",
     "from_chat",
+    "omits_thinking",
     "prompt_of",
     "reasoning_fields",
     "redacted_blocks",
+    "thinking_block",
     "to_chat",
     "to_chat_messages",
 ]
 
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
+ANTHROPIC_TOOL_TYPE = re.compile(r"[a-z][a-z0-9_]*_[0-9]{8}")
+"""The ``type`` of a tool Anthropic defines: its name and version date (``web_search_20250305``)."""
 _REFUSED = ("container", "mcp_servers")
 
 
@@ -113,7 +126,23 @@ def _user_turn(content: list[dict[str, Any]], where: str) -> list[dict[str, Any]
     return messages
 
 
-def _assistant_turn(content: list[dict[str, Any]], where: str) -> dict[str, Any] | InvalidRequest:
+def _thinking(block: dict[str, Any], seal: ReasoningSeal, where: str) -> str | InvalidRequest:
+    """A thinking block's text; an empty one (the reply omitted it, ``thinking.display:
+    "omitted"``) is restored from a signature this server wrote. Another server's signature (a
+    conversation begun on Anthropic's) is not read; one of this server's form that does not check
+    is a 400, as Anthropic's API answers an invalid signature."""
+    signature = block.get("signature")
+    if not ReasoningSeal.is_sealed(signature):
+        return str(block["thinking"])
+    opened = seal.open(signature, f"{where}.signature")
+    if isinstance(opened, InvalidRequest):
+        return opened
+    return str(block["thinking"]) or (opened or "")
+
+
+def _assistant_turn(
+    content: list[dict[str, Any]], where: str, seal: ReasoningSeal
+) -> dict[str, Any] | InvalidRequest:
     text, reasoning, calls = [], [], []
     for j, block in enumerate(content):
         at = f"{where}.content[{j}]"
@@ -121,7 +150,10 @@ def _assistant_turn(content: list[dict[str, Any]], where: str) -> dict[str, Any]
         if kind == "text" and isinstance(block.get("text"), str):
             text.append(block["text"])
         elif kind == "thinking" and isinstance(block.get("thinking"), str):
-            reasoning.append(block["thinking"])
+            thought = _thinking(block, seal, at)
+            if isinstance(thought, InvalidRequest):
+                return thought
+            reasoning.append(thought)
         elif kind == "tool_use" and isinstance(block.get("id"), str) and isinstance(block.get("name"), str):
             arguments = block.get("input", {})
             if not isinstance(arguments, dict):
@@ -164,7 +196,11 @@ def redacted_blocks(request: MessagesRequest | CountTokensRequest) -> list[str]:
     ]
 
 
-def to_chat_messages(request: MessagesRequest | CountTokensRequest) -> list[dict[str, Any]] | InvalidRequest:
+def to_chat_messages(
+    request: MessagesRequest | CountTokensRequest, seal: ReasoningSeal
+) -> list[dict[str, Any]] | InvalidRequest:
+    """The request's chat messages: ``system`` first, then each message; a ``system`` message
+    among them is a system turn in its place (GLM's template renders one anywhere)."""
     messages: list[dict[str, Any]] = []
     if request.system is not None:
         system = _text_of(request.system, "system")
@@ -173,10 +209,17 @@ def to_chat_messages(request: MessagesRequest | CountTokensRequest) -> list[dict
         messages.append({"role": "system", "content": system})
     for i, message in enumerate(request.messages):
         where = f"messages[{i}]"
-        if isinstance(message.content, str):
-            messages.append({"role": message.role, "content": message.content})
+        if message.role == "system" or isinstance(message.content, str):
+            text = _text_of(message.content, f"{where}.content")
+            if isinstance(text, InvalidRequest):
+                return text
+            messages.append({"role": message.role, "content": text})
             continue
-        turn = (_user_turn if message.role == "user" else _assistant_turn)(message.content, where)
+        turn = (
+            _user_turn(message.content, where)
+            if message.role == "user"
+            else _assistant_turn(message.content, where, seal)
+        )
         if isinstance(turn, InvalidRequest):
             return turn
         messages += turn if isinstance(turn, list) else [turn]
@@ -188,6 +231,9 @@ def to_chat_messages(request: MessagesRequest | CountTokensRequest) -> list[dict
             "earlier assistant message; a tool_result answers a tool_use the conversation made",
             param=where,
         )
+    kept = thinking_turns_kept(request.context_management)
+    if kept is not None:
+        apply_clear_thinking(messages, kept)
     return messages
 
 
@@ -200,41 +246,57 @@ def _tool_result_place(request: MessagesRequest | CountTokensRequest, tool_use_i
     return "messages"
 
 
-def chat_tools(request: MessagesRequest | CountTokensRequest) -> list[dict[str, Any]] | InvalidRequest | None:
+def chat_tools(
+    request: MessagesRequest | CountTokensRequest,
+) -> tuple[list[dict[str, Any]] | None, list[str]] | InvalidRequest:
+    """The custom tools as chat functions, and the Anthropic-defined tools left out (their labels)."""
     if request.tools is None:
-        return None
-    tools = []
+        return None, []
+    tools, ignored = [], []
     for i, tool in enumerate(request.tools):
-        if not isinstance(tool.get("name"), str) or not isinstance(tool.get("input_schema"), dict):
+        kind = tool.get("type")
+        if isinstance(kind, str) and ANTHROPIC_TOOL_TYPE.fullmatch(kind):
+            name = tool.get("name")
+            ignored.append(kind + (f":{name}" if isinstance(name, str) and name else ""))
+            continue
+        if (
+            kind not in (None, "custom")
+            or not isinstance(tool.get("name"), str)
+            or not isinstance(tool.get("input_schema"), dict)
+        ):
             return InvalidRequest(
-                f"tools[{i}] needs a name and an input_schema object (server tools are not supported)",
+                f"tools[{i}] needs a name and an input_schema object (a custom tool), or the type of "
+                "a tool Anthropic defines (such as web_search_20250305, which is not offered to the model)",
                 param=f"tools[{i}]",
             )
         function = {"name": tool["name"], "parameters": tool["input_schema"]}
         if isinstance(tool.get("description"), str):
             function["description"] = tool["description"]
         tools.append({"type": "function", "function": function})
-    return tools
+    return tools, ignored
 
 
 def prompt_of(
-    request: MessagesRequest | CountTokensRequest,
+    request: MessagesRequest | CountTokensRequest, seal: ReasoningSeal
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None] | InvalidRequest:
     """The chat messages and tools of a Messages or count_tokens request: what the prompt shows."""
-    messages = to_chat_messages(request)
+    messages = to_chat_messages(request, seal)
     if isinstance(messages, InvalidRequest):
         return messages
     tools = chat_tools(request)
     if isinstance(tools, InvalidRequest):
         return tools
-    return messages, tools
+    return messages, tools[0]
 
 
 def reasoning_fields(request: MessagesRequest | CountTokensRequest) -> dict[str, Any]:
     """The request's reasoning switches as chat fields (``thinking``, ``reasoning_effort`` from
-    ``output_config.effort``), resolved by :func:`sparkfold.api.reasoning.resolve_reasoning`: the
-    reply's and its count's alike."""
+    ``output_config.effort``; a ``clear_thinking`` edit's turns rendered with their reasoning,
+    :mod:`sparkfold.api.anthropic.context`), resolved by
+    :func:`sparkfold.api.reasoning.resolve_reasoning`: the reply's and its count's alike."""
     fields: dict[str, Any] = {}
+    if thinking_turns_kept(request.context_management) is not None:
+        fields["chat_template_kwargs"] = {"clear_thinking": False}
     if request.thinking is not None:
         fields["thinking"] = request.thinking
     effort = (request.output_config or {}).get("effort")
@@ -276,11 +338,11 @@ def _response_format(fmt: Any) -> dict[str, Any] | InvalidRequest:
     return {"type": "json_schema", "json_schema": {"name": "output", "schema": fmt["schema"]}}
 
 
-def to_chat(request: MessagesRequest) -> ChatCompletionRequest | InvalidRequest:
+def to_chat(request: MessagesRequest, seal: ReasoningSeal) -> ChatCompletionRequest | InvalidRequest:
     for name in _REFUSED:
         if getattr(request, name) is not None:
             return InvalidRequest(f"{name} is not supported by this server; leave it out", param=name)
-    prompt = prompt_of(request)
+    prompt = prompt_of(request, seal)
     if isinstance(prompt, InvalidRequest):
         return prompt
     messages, tools = prompt
@@ -328,13 +390,31 @@ def to_chat(request: MessagesRequest) -> ChatCompletionRequest | InvalidRequest:
         return untranslatable(exc)
 
 
-def from_chat(result: dict[str, Any], *, model: str, stop_sequences: list[str] | None) -> dict[str, Any]:
+def thinking_block(text: str, seal: ReasoningSeal, *, omitted: bool) -> dict[str, Any]:
+    """A thinking block: its text (none when ``omitted``, ``thinking.display: "omitted"``) and a
+    signature that brings the text back when the block is sent back."""
+    return {"type": "thinking", "thinking": "" if omitted else text, "signature": seal.seal(text)}
+
+
+def omits_thinking(request: MessagesRequest) -> bool:
+    """Whether thinking blocks go out without their text (``thinking.display: "omitted"``)."""
+    return (request.thinking or {}).get("display") == "omitted"
+
+
+def from_chat(
+    result: dict[str, Any],
+    *,
+    model: str,
+    stop_sequences: list[str] | None,
+    seal: ReasoningSeal,
+    omit_thinking: bool = False,
+) -> dict[str, Any]:
     """A chat completion as a Messages response."""
     choice = (result.get("choices") or [{}])[0]
     message = choice.get("message") or {}
     content: list[dict[str, Any]] = []
     if message.get("reasoning_content"):
-        content.append({"type": "thinking", "thinking": message["reasoning_content"], "signature": ""})
+        content.append(thinking_block(message["reasoning_content"], seal, omitted=omit_thinking))
     if message.get("content"):
         content.append({"type": "text", "text": message["content"]})
     for call in message.get("tool_calls") or []:

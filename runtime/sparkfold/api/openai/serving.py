@@ -21,6 +21,7 @@ from sparkfold.api.errors import ApiError, ClientError, InvalidRequest, NotFound
 from sparkfold.api.lanes import at_the_head
 from sparkfold.api.limits import MediaLimits, check_media
 from sparkfold.api.metrics import Metrics
+from sparkfold.api.model_names import ModelNames
 from sparkfold.api.openai.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -148,6 +149,7 @@ class ChatServing:
         limits: MediaLimits,
         keepalive_s: float,
         served_name: str,
+        names: ModelNames | None = None,
     ) -> None:
         self.engine = engine
         self.capabilities = capabilities
@@ -155,6 +157,7 @@ class ChatServing:
         self.limits = limits
         self.keepalive_s = keepalive_s
         self.served_name = served_name
+        self.names = names or ModelNames(served_name)
 
     def prepare(self, request: ChatCompletionRequest, call: CallContext) -> PreparedChat | ClientError:
         error = check_priority(request.priority) or check_media(request.messages, self.limits)
@@ -174,6 +177,7 @@ class ChatServing:
             return controls
         log_ignored(request, call, _CONSUMED)
         body.setdefault("model", self.served_name)
+        self.names.to_engine(body)
         if controls.budget is not None and "thinking_budget" not in body:
             body["thinking_budget"] = controls.budget
         return PreparedChat(body, Toolbox(request.tools))
@@ -272,12 +276,14 @@ class CompletionServing:
         metrics: Metrics,
         keepalive_s: float,
         served_name: str,
+        names: ModelNames | None = None,
     ) -> None:
         self.engine = engine
         self.capabilities = capabilities
         self.metrics = metrics
         self.keepalive_s = keepalive_s
         self.served_name = served_name
+        self.names = names or ModelNames(served_name)
 
     async def create(
         self, request: CompletionRequest, call: CallContext
@@ -293,7 +299,7 @@ class CompletionServing:
         if error is not None:
             return error
         log_ignored(request, call)
-        body = _known_fields(request)
+        body = self.names.to_engine(_known_fields(request))
         body.setdefault("model", self.served_name)
         refused = await call.admit(0)
         if refused is not None:
@@ -327,27 +333,38 @@ class CompletionServing:
 class UtilityServing:
     """Models and the tokenizer routes: checked, then answered by the engine."""
 
-    def __init__(self, *, engine: Engine, served_name: str, limits: MediaLimits | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        engine: Engine,
+        served_name: str,
+        limits: MediaLimits | None = None,
+        names: ModelNames | None = None,
+    ) -> None:
         self.engine = engine
         self.served_name = served_name
         self.limits = limits
+        self.names = names or ModelNames(served_name)
 
     async def models(self) -> dict[str, Any] | ApiError:
-        """The engine's model list, typed: a card without ``created`` (TensorFold's) gets one."""
+        """The engine's model list, typed (a card without ``created``, TensorFold's, gets one),
+        and a card per ``[api] model_aliases`` entry."""
         try:
             listed = await self.engine.get_reply("/v1/models", ModelList)
         except ApiError as error:
             return error
-        return listed.model_dump(mode="json", exclude_none=True)
+        return self.names.with_aliases(listed.model_dump(mode="json", exclude_none=True))
 
     async def model(self, model_id: str) -> dict[str, Any] | ApiError:
-        """One model card of the engine's ``/v1/models``, or 404."""
+        """One model card of the engine's ``/v1/models`` (an alias: the served card under its
+        name), or 404."""
         listed = await self.models()
         if isinstance(listed, ApiError):
             return listed
+        wanted = self.names.engine_name(model_id)
         for card in listed.get("data") or []:
-            if isinstance(card, dict) and card.get("id") == model_id:
-                return card
+            if isinstance(card, dict) and card.get("id") == wanted:
+                return {**card, "id": model_id}
         return NotFound(
             f"The model `{model_id}` does not exist; this server serves `{self.served_name}`.",
             param="model",
@@ -361,7 +378,7 @@ class UtilityServing:
             refused = check_media(request.messages, self.limits)
             if refused is not None:
                 return refused
-        body = _known_fields(request)
+        body = self.names.to_engine(_known_fields(request))
         controls = _resolve_reasoning(request, body)  # the prompt renders as the reply's would
         if isinstance(controls, ClientError):
             return controls

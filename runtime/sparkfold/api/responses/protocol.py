@@ -14,7 +14,8 @@ from sparkfold.protocol import MAX_MESSAGES, ModelName, Tools
 
 __all__ = ["INCLUDE_VALUES", "TEXT_FORMATS", "ResponsesRequest"]
 
-# Accepted for compatibility and ignored (this server has no such data to add).
+# The API's values: reasoning.encrypted_content is honoured (see api/sealed.py); the
+# others are accepted and ignored (this server has no such data to add).
 INCLUDE_VALUES = frozenset(
     {
         "reasoning.encrypted_content",

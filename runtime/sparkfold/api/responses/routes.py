@@ -16,7 +16,7 @@ router = APIRouter()
 @router.post("/v1/responses", response_model=None, responses=ERROR_RESPONSES, tags=["openai"])
 async def create_response(body: ResponsesRequest, request: Request) -> Response:
     call = CallContext.of_scope(request.scope, request.scope["path"])
-    return respond(await gateway(request).responses.create(body, call), request.scope["path"])
+    return respond(await gateway(request).responses.create(body, call), request.scope["path"], call.headers)
 
 
 @router.get("/v1/responses/{response_id}", response_model=None, responses=ERROR_RESPONSES, tags=["openai"])

@@ -2,26 +2,45 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from sparkfold.api.context import CallContext
 from sparkfold.api.errors import ApiError, NotFound
+from sparkfold.api.ignored_tools import say_ignored_tools
 from sparkfold.api.openai.serving import ChatServing, log_ignored
 from sparkfold.api.responses.protocol import ResponsesRequest
 from sparkfold.api.responses.store import ResponseStore
 from sparkfold.api.responses.stream import responses_sse
+from sparkfold.api.responses.tools import ResponsesTools, responses_tools
 from sparkfold.api.responses.translate import instructions_of, output_items, response_object, to_chat
+from sparkfold.api.sealed import ReasoningSeal
 from sparkfold.asgi import EventStream
 from sparkfold.protocol import new_id
 from sparkfold.units import MIB
 
 __all__ = ["ResponsesServing"]
 
+log = logging.getLogger(__name__)
+
+ENCRYPTED_REASONING = "reasoning.encrypted_content"
+
+
+def _say_ignored(tools: ResponsesTools, request: ResponsesRequest, call: CallContext) -> None:
+    """The tools not offered (header and log), and the reasoning fields this server cannot honour."""
+    say_ignored_tools(tools.ignored, call)
+    summary = (request.reasoning or {}).get("summary")
+    if summary is not None:  # the reasoning itself is returned (reasoning_text), never a summary
+        log.info(
+            "ignored request fields", extra={"request_id": call.request_id, "fields": ["reasoning.summary"]}
+        )
+
 
 class ResponsesServing:
-    def __init__(self, *, chat: ChatServing, store: ResponseStore) -> None:
+    def __init__(self, *, chat: ChatServing, store: ResponseStore, seal: ReasoningSeal | None = None) -> None:
         self.chat = chat
         self.store = store
+        self.seal = seal or ReasoningSeal()
 
     async def create(
         self, request: ResponsesRequest, call: CallContext
@@ -33,9 +52,14 @@ class ResponsesServing:
             if found is None:
                 return self._missing(request.previous_response_id, call, "previous_response_id")
             history = found
-        chat_request = to_chat(request, history)
+        tools = responses_tools(request.tools)
+        if isinstance(tools, ApiError):
+            return tools
+        _say_ignored(tools, request, call)
+        chat_request = to_chat(request, history, tools=tools, seal=self.seal)
         if isinstance(chat_request, ApiError):
             return chat_request
+        seal = self.seal if ENCRYPTED_REASONING in (request.include or ()) else None
         prepared = self.chat.prepare(chat_request, call)
         if isinstance(prepared, ApiError):
             return prepared
@@ -59,7 +83,7 @@ class ResponsesServing:
                 request,
                 response_id=response_id,
                 model=model,
-                output=output_items(message, finish),
+                output=output_items(message, finish, tools=tools, seal=seal),
                 usage=result.get("usage"),
                 status="incomplete" if finish == "length" else "completed",
                 finish_reason=finish,
@@ -84,7 +108,7 @@ class ResponsesServing:
                 finish_reason=finish,
             )
 
-        events = responses_sse(stream, skeleton=skeleton, on_done=keep)
+        events = responses_sse(stream, skeleton=skeleton, on_done=keep, tools=tools, seal=seal)
         return EventStream(events, stream.aclose, self.chat.metrics.cancelled.inc)
 
     def get(self, response_id: str, call: CallContext) -> dict[str, Any] | ApiError:

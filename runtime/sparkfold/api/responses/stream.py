@@ -1,4 +1,5 @@
-"""Chat events as Responses stream events (``response.created`` ... ``response.completed``).
+"""Chat events as Responses stream events (``response.created`` ... ``response.completed``, or
+``response.incomplete`` for a reply cut by ``max_output_tokens``).
 
 Reasoning, the message text and each function call are output items: ``output_item.added``,
 their deltas (``reasoning_text.delta``, ``output_text.delta``, ``function_call_arguments.delta``),
@@ -12,7 +13,9 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable
 from typing import Any
 
 from sparkfold.api.chat_stream import DONE, ChatEvent, as_chunk, choices_of, each_event, is_text
+from sparkfold.api.responses.tools import ResponsesTools
 from sparkfold.api.responses.translate import call_arguments, call_item, message_item, reasoning_item
+from sparkfold.api.sealed import ReasoningSeal
 from sparkfold.protocol import new_id
 from sparkfold.sse import KEEPALIVE_COMMENT, named_event
 
@@ -45,6 +48,7 @@ class _Item:
         self.index = index
         self.item = item
         self.text = ""
+        self.offered = ""  # a function call's name as the model wrote it (what a continuation sends)
 
 
 async def responses_sse(
@@ -52,9 +56,13 @@ async def responses_sse(
     *,
     skeleton: Callable[[str, list[dict[str, Any]], dict[str, Any] | None, str | None], dict[str, Any]],
     on_done: Callable[[dict[str, Any], dict[str, Any]], None],
+    tools: ResponsesTools | None = None,
+    seal: ReasoningSeal | None = None,
 ) -> AsyncIterator[bytes]:
     """``skeleton(status, output, usage, finish_reason)`` builds the response object at each stage;
-    ``on_done(response, reply_message)`` receives the finished one."""
+    ``on_done(response, reply_message)`` receives the finished one; ``tools`` names function calls
+    back (their namespace), ``seal`` (when given) seals each reasoning item's text."""
+    tools = tools or ResponsesTools()
     emit = _Emitter()
     output: list[dict[str, Any]] = []
     current: _Item | None = None
@@ -70,7 +78,7 @@ async def responses_sse(
             return []
         item, out = current, []
         if item.kind == "reasoning":
-            item.item = reasoning_item(item.item["id"], item.text)
+            item.item = reasoning_item(item.item["id"], item.text, seal)
             out.append(
                 emit(
                     "response.reasoning_text.done",
@@ -92,7 +100,7 @@ async def responses_sse(
                 {
                     "id": item.item["call_id"],
                     "type": "function",
-                    "function": {"name": item.item["name"], "arguments": arguments},
+                    "function": {"name": item.offered, "arguments": arguments},
                 }
             )
         elif item.kind == "message":
@@ -164,9 +172,12 @@ async def responses_sse(
                 function = call.get("function") or {}
                 if function.get("name"):
                     call_id = call.get("id") or new_id("call")
-                    item = call_item(new_id("fc"), call_id, function["name"], "", status="in_progress")
+                    names = tools.call_fields(function["name"])
+                    item = call_item(new_id("fc"), call_id, names, "", status="in_progress")
                     for out in open_item("function_call", item):
                         yield out
+                    assert current is not None
+                    current.offered = function["name"]
                 if current is None or current.kind != "function_call":
                     continue  # arguments of no open call: nothing to attach them to
                 piece = function.get("arguments") or ""
@@ -181,5 +192,7 @@ async def responses_sse(
     status = "incomplete" if finish == "length" else "completed"
     done = skeleton(status, output, usage, finish)
     on_done(done, reply)
-    # always response.completed (as TensorFold does): SDKs wait for it; the status says "incomplete"
-    yield emit("response.completed", {"response": done})
+    # the terminal event is named for the status, as OpenAI's is (openai SDK:
+    # types/responses/response_incomplete_event.py): a reply cut by max_output_tokens ends with
+    # response.incomplete, whose response says incomplete_details.reason
+    yield emit(f"response.{status}", {"response": done})

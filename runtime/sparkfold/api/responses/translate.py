@@ -10,6 +10,8 @@ from pydantic import ValidationError
 
 from sparkfold.api.errors import InvalidRequest, untranslatable
 from sparkfold.api.responses.protocol import INCLUDE_VALUES, ResponsesRequest
+from sparkfold.api.responses.tools import ResponsesTools, offered_name
+from sparkfold.api.sealed import ReasoningSeal
 from sparkfold.api.tool_results import orphan_result
 from sparkfold.protocol import ChatCompletionRequest, new_id
 
@@ -45,8 +47,13 @@ def _content(content: Any, where: str) -> str | list[dict[str, Any]] | InvalidRe
     return parts
 
 
-def _reasoning_text(item: dict[str, Any]) -> str:
-    """The text of a ``reasoning`` input item: its ``reasoning_text`` parts, else its summary."""
+def _reasoning_text(item: dict[str, Any], seal: ReasoningSeal, where: str) -> str | InvalidRequest:
+    """The text of a ``reasoning`` input item: its ``encrypted_content`` (see
+    :mod:`sparkfold.api.sealed`; one from an earlier gateway start gives none), else its
+    ``reasoning_text`` parts, else its summary."""
+    if item.get("encrypted_content") is not None:
+        opened = seal.open(item["encrypted_content"], f"{where}.encrypted_content")
+        return opened if opened is not None else ""
     for key, kind in (("content", "reasoning_text"), ("summary", "summary_text")):
         parts = item.get(key)
         texts = [
@@ -81,10 +88,11 @@ def instructions_of(request: ResponsesRequest) -> list[dict[str, Any]]:
     return [{"role": "system", "content": request.instructions}] if request.instructions else []
 
 
-def to_chat_messages(request: ResponsesRequest) -> list[dict[str, Any]] | InvalidRequest:
+def to_chat_messages(request: ResponsesRequest, seal: ReasoningSeal) -> list[dict[str, Any]] | InvalidRequest:
     """The input items as chat messages (``instructions`` apart: :func:`instructions_of`). A reply's
     items sent back (``reasoning``, ``message``, ``function_call``: what a stateless client echoes)
-    become one assistant turn, its reasoning as ``reasoning_content``."""
+    become one assistant turn, its reasoning as ``reasoning_content`` (GLM's template shows it for
+    the turns after the last user message, the steps of a tool loop, and drops it before)."""
     messages: list[dict[str, Any]] = []
     if isinstance(request.input, str):
         return [{"role": "user", "content": request.input}]
@@ -122,7 +130,10 @@ def to_chat_messages(request: ResponsesRequest) -> list[dict[str, Any]] | Invali
             call = {
                 "id": str(item.get("call_id") or item.get("id") or new_id("call")),
                 "type": "function",
-                "function": {"name": item["name"], "arguments": str(item.get("arguments") or "{}")},
+                "function": {
+                    "name": offered_name(item["name"], item.get("namespace")),
+                    "arguments": str(item.get("arguments") or "{}"),
+                },
             }
             assistant_turn().setdefault("tool_calls", []).append(call)
         elif kind == "function_call_output" and isinstance(item.get("call_id"), str):
@@ -133,7 +144,10 @@ def to_chat_messages(request: ResponsesRequest) -> list[dict[str, Any]] | Invali
             messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": text})
             pictures += carried
         elif kind == "reasoning":
-            reasoning += _reasoning_text(item)
+            thought = _reasoning_text(item, seal, where)
+            if isinstance(thought, InvalidRequest):
+                return thought
+            reasoning += thought
         else:
             return InvalidRequest(
                 f"{where}: unsupported input item (type {kind!r}); use message, function_call, "
@@ -145,34 +159,18 @@ def to_chat_messages(request: ResponsesRequest) -> list[dict[str, Any]] | Invali
     return messages
 
 
-def _tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | InvalidRequest | None:
-    if tools is None:
-        return None
-    out = []
-    for i, tool in enumerate(tools):
-        if tool.get("type") != "function" or not isinstance(tool.get("name"), str):
-            return InvalidRequest(
-                f"tools[{i}]: only function tools (type function, with a name) are supported",
-                param=f"tools[{i}]",
-            )
-        function = {k: tool[k] for k in ("name", "description", "parameters") if k in tool}
-        out.append({"type": "function", "function": function})
-    return out
-
-
 def to_chat(
-    request: ResponsesRequest, history: list[dict[str, Any]]
+    request: ResponsesRequest, history: list[dict[str, Any]], *, tools: ResponsesTools, seal: ReasoningSeal
 ) -> ChatCompletionRequest | InvalidRequest:
+    """The chat request of ``request`` after ``history`` (a stored conversation), offering ``tools``
+    (:func:`~sparkfold.api.responses.tools.responses_tools` of its ``tools``)."""
     if request.include is not None:
         unknown = [value for value in request.include if value not in INCLUDE_VALUES]
         if unknown:
             return InvalidRequest(f"include has unknown value {unknown[0]!r}", param="include")
-    messages = to_chat_messages(request)
+    messages = to_chat_messages(request, seal)
     if isinstance(messages, InvalidRequest):
         return messages
-    tools = _tools(request.tools)
-    if isinstance(tools, InvalidRequest):
-        return tools
     orphan = orphan_result(history + messages)
     if orphan is not None:
         return InvalidRequest(
@@ -193,8 +191,8 @@ def to_chat(
     for name in ("temperature", "top_p", "parallel_tool_calls"):
         if getattr(request, name) is not None:
             fields[name] = getattr(request, name)
-    if tools is not None:
-        fields["tools"] = tools
+    if tools.chat is not None:
+        fields["tools"] = tools.chat
     if isinstance(request.tool_choice, str):
         fields["tool_choice"] = request.tool_choice
     elif isinstance(request.tool_choice, dict) and isinstance(request.tool_choice.get("name"), str):
@@ -276,31 +274,41 @@ def call_arguments(arguments: str, finish_reason: str | None) -> tuple[str, str]
     return arguments or "{}", "completed"
 
 
-def output_items(message: dict[str, Any], finish_reason: str | None = None) -> list[dict[str, Any]]:
-    """A chat reply message as Responses output items (reasoning, message, function calls)."""
+def output_items(
+    message: dict[str, Any],
+    finish_reason: str | None = None,
+    *,
+    tools: ResponsesTools | None = None,
+    seal: ReasoningSeal | None = None,
+) -> list[dict[str, Any]]:
+    """A chat reply message as Responses output items (reasoning, sealed by ``seal`` when given;
+    message; function calls named back by ``tools``)."""
     items: list[dict[str, Any]] = []
+    tools = tools or ResponsesTools()
     if message.get("reasoning_content"):
-        items.append(reasoning_item(new_id("rs"), message["reasoning_content"]))
+        items.append(reasoning_item(new_id("rs"), message["reasoning_content"], seal))
     if message.get("content"):
         items.append(message_item(new_id("msg"), message["content"]))
     for call in message.get("tool_calls") or []:
         function = call.get("function") or {}
         arguments, status = call_arguments(function.get("arguments") or "", finish_reason)
-        items.append(
-            call_item(
-                new_id("fc"), call.get("id") or new_id("call"), function.get("name", ""), arguments, status
-            )
-        )
+        names = tools.call_fields(function.get("name", ""))
+        items.append(call_item(new_id("fc"), call.get("id") or new_id("call"), names, arguments, status))
     return items
 
 
-def reasoning_item(item_id: str, text: str) -> dict[str, Any]:
-    return {
+def reasoning_item(item_id: str, text: str, seal: ReasoningSeal | None = None) -> dict[str, Any]:
+    """A reasoning output item; with ``encrypted_content`` when ``seal`` is given (``include``
+    asked for ``reasoning.encrypted_content``)."""
+    item = {
         "type": "reasoning",
         "id": item_id,
         "summary": [],
         "content": [{"type": "reasoning_text", "text": text}],
     }
+    if seal is not None:
+        item["encrypted_content"] = seal.seal(text)
+    return item
 
 
 def message_item(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
@@ -309,13 +317,15 @@ def message_item(item_id: str, text: str, status: str = "completed") -> dict[str
 
 
 def call_item(
-    item_id: str, call_id: str, name: str, arguments: str, status: str = "completed"
+    item_id: str, call_id: str, names: dict[str, str], arguments: str, status: str = "completed"
 ) -> dict[str, Any]:
+    """A ``function_call`` item; ``names``: its ``name`` and, for a namespace's function, its
+    ``namespace`` (:meth:`~sparkfold.api.responses.tools.ResponsesTools.call_fields`)."""
     return {
         "type": "function_call",
         "id": item_id,
         "call_id": call_id,
-        "name": name,
+        **names,
         "arguments": arguments,
         "status": status,
     }
