@@ -14,13 +14,14 @@ import json
 import re
 import shlex
 import subprocess
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tests.fakes.scripted_engine import Script, ScriptedEngine, ServerThread, free_port
-from tests.integration.engine_procs import start_api
+from tests.integration.engine_procs import ChildProcess, wait_healthy
 
 from sparkfold.config import ApiSettings, EngineSettings
 
@@ -150,16 +151,23 @@ class AgentGateway:
             if MODEL_ALIASES:
                 lines.append(doc_block("gateway-aliases").split("[api]", 1)[1].strip())
             config.write_text("\n".join(lines) + "\n")
-            process = start_api(config, port)
+            process = ChildProcess(
+                [
+                    sys.executable,
+                    "-c",
+                    "from sparkfold.cli import main; main()",
+                    "api",
+                    "--config",
+                    str(config),
+                ],
+                self.log,
+            )
             self.url = f"http://127.0.0.1:{port}"
             try:
+                wait_healthy(self.url, process, deadline_s=30)
                 yield self
             finally:
-                process.terminate()
-                try:
-                    process.wait(timeout=15)
-                finally:
-                    self.log.write_bytes(process.stderr.read() if process.stderr else b"")
+                process.stop()
 
     def answered(self) -> list[tuple[str, str, int]]:
         """(method, path, status) of every request the gateway answered, from its access log."""

@@ -107,10 +107,7 @@ def test_codex(tmp_path: Path, workdir: Path) -> None:
         codex_home = Path(env["HOME"]) / ".codex"
         codex_home.mkdir()
         (codex_home / "config.toml").write_text(doc_file("codex-config", gateway.url, gateway.key))
-        argv = doc_command("codex-run")
-        if not MODEL_ALIASES:  # temporary, until [api] model_aliases lands: name the served model
-            argv[2:2] = ["-c", f"model={json.dumps(SERVED)}"]
-        result = run_agent(argv, workdir, env)
+        result = run_agent(doc_command("codex-run"), workdir, env)
     check_turn(gateway, turn, result)
     assert turn.calls == ["exec_command"]
 
