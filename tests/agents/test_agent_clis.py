@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -85,39 +86,37 @@ def check_turn(gateway: AgentGateway, turn: ShellTurn, result: object) -> None:
     assert not refused, refused
 
 
-def test_claude_code(tmp_path: Path, workdir: Path) -> None:
-    turn = ShellTurn(workdir / "hello.txt", "hello from claude code")
+@dataclass(frozen=True)
+class Agent:
+    """One CLI: its shell tool, and where its configuration file goes (``docs/agents.md``'s
+    ``NAME-config`` block), relative to its HOME or to its working directory."""
+
+    shell: str
+    config_in_home: str | None = None
+    config_in_workdir: str | None = None
+
+
+AGENTS = {
+    "claude-code": Agent("Bash"),
+    "codex": Agent("exec_command", config_in_home=".codex/config.toml"),
+    "opencode": Agent("bash", config_in_workdir="opencode.json"),
+}
+
+
+@pytest.mark.parametrize("name", AGENTS)
+def test_the_agent_runs_its_shell_tool_through_the_gateway(tmp_path: Path, workdir: Path, name: str) -> None:
+    agent = AGENTS[name]
+    turn = ShellTurn(workdir / "hello.txt", f"hello from {name}")
     gateway = AgentGateway(tmp_path, turn)
     with gateway.running():
-        env = base_env(tmp_path / "home") | doc_env("claude-code-env", gateway.url, gateway.key)
-        argv = doc_command("claude-code-run")
-        if not MODEL_ALIASES:  # temporary, until [api] model_aliases lands: name the served model
+        env = base_env(tmp_path / "home") | doc_env(f"{name}-env", gateway.url, gateway.key)
+        for base, place in ((Path(env["HOME"]), agent.config_in_home), (workdir, agent.config_in_workdir)):
+            if place is not None:
+                (base / place).parent.mkdir(parents=True, exist_ok=True)
+                (base / place).write_text(doc_file(f"{name}-config", gateway.url, gateway.key))
+        argv = doc_command(f"{name}-run")
+        if name == "claude-code" and not MODEL_ALIASES:  # temporary, until [api] model_aliases lands
             argv += ["--model", SERVED]
         result = run_agent(argv, workdir, env)
     check_turn(gateway, turn, result)
-    assert json.loads(result.stdout)["is_error"] is False
-    assert turn.calls == ["Bash"]
-
-
-def test_codex(tmp_path: Path, workdir: Path) -> None:
-    turn = ShellTurn(workdir / "hello.txt", "hello from codex")
-    gateway = AgentGateway(tmp_path, turn)
-    with gateway.running():
-        env = base_env(tmp_path / "home") | doc_env("codex-env", gateway.url, gateway.key)
-        codex_home = Path(env["HOME"]) / ".codex"
-        codex_home.mkdir()
-        (codex_home / "config.toml").write_text(doc_file("codex-config", gateway.url, gateway.key))
-        result = run_agent(doc_command("codex-run"), workdir, env)
-    check_turn(gateway, turn, result)
-    assert turn.calls == ["exec_command"]
-
-
-def test_opencode(tmp_path: Path, workdir: Path) -> None:
-    turn = ShellTurn(workdir / "hello.txt", "hello from opencode")
-    gateway = AgentGateway(tmp_path, turn)
-    with gateway.running():
-        env = base_env(tmp_path / "home") | doc_env("opencode-env", gateway.url, gateway.key)
-        (workdir / "opencode.json").write_text(doc_file("opencode-config", gateway.url, gateway.key))
-        result = run_agent(doc_command("opencode-run"), workdir, env)
-    check_turn(gateway, turn, result)
-    assert turn.calls == ["bash"]
+    assert turn.calls == [agent.shell]

@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
+from test_forced_calls import PICK
 from tests.fakes.scripted_engine import ServerThread
 
 from sparkfold.config import EngineSettings
@@ -26,14 +27,6 @@ pytestmark = pytest.mark.slow
 
 BUDGET = 96
 SEEDS = range(6)
-PICK = {
-    "name": "pick",
-    "parameters": {
-        "type": "object",
-        "properties": {"color": {"type": "string", "enum": ["red", "green"]}},
-        "required": ["color"],
-    },
-}
 FORCED: list[dict[str, Any]] = [
     {"tools": [{"type": "function", "function": PICK}], "tool_choice": "required"},
     {
