@@ -5,13 +5,14 @@
 #                   slow, then the pair testbed, each phase timed (docs/testing.md has the budget)
 #   make test-all   lint and every test but the fleet testbed and the GPU ones, slow ones included
 #   make test-fleet the fleet testbed (tests marked fleet); in neither CI's run nor test-all
+#   make test-agents the agent CLIs (tests/agents, pinned by npm) against the gateway; part of test-ci
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test test-ci test-all test-fleet lint unit testbed-tools demo demo-down demo-fleet demo-fleet-down clean gpu-run
+.PHONY: venv test test-ci test-all test-fleet test-agents agent-clis lint unit testbed-tools demo demo-down demo-fleet demo-fleet-down clean gpu-run
 
 venv: $(STAMP)
 
@@ -32,7 +33,7 @@ lint: venv
 # Each pytest runs under .ci/phase: timed, and its exit 5 (nothing collected) counts as passed.
 PYTEST := $(VENV)/bin/pytest
 PHASE := .ci/phase
-LEAN := not slow and not netns and not testbed and not fleet and not gpu
+LEAN := not slow and not netns and not testbed and not fleet and not gpu and not agents
 
 test: lint
 	$(PHASE) lean $(PYTEST) tests -m "$(LEAN)"
@@ -43,6 +44,8 @@ define test_phases
 	$(PHASE) unit $(PYTEST) tests/unit -m "$(1)"
 	$(PHASE) ansible $(PYTEST) tests/ansible -m "$(1)"
 	$(PHASE) integration $(PYTEST) tests/integration -m "$(1)"
+	$(PHASE) agent-clis $(MAKE) --no-print-directory agent-clis
+	$(PHASE) agents $(PYTEST) tests/agents -m "$(1)"
 	$(PHASE) testbed $(PYTEST) tests/testbed -m "not fleet"
 endef
 
@@ -54,6 +57,16 @@ test-all: venv
 
 test-fleet: venv
 	$(PHASE) fleet $(PYTEST) tests -m fleet
+
+# The agent CLIs tests/agents drives (docs/agents.md), exactly as its package-lock.json pins them.
+AGENTS := tests/agents
+agent-clis: $(AGENTS)/node_modules/.installed
+$(AGENTS)/node_modules/.installed: $(AGENTS)/package-lock.json
+	cd $(AGENTS) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+test-agents: venv agent-clis
+	$(PHASE) agents $(PYTEST) tests/agents -m "not slow"
 
 unit: venv
 	$(PHASE) unit $(PYTEST) tests/unit

@@ -81,8 +81,16 @@ def _chunk(delta: dict[str, Any], *, finish: str | None = None, **extra: Any) ->
 class ScriptedEngine:
     """An ASGI app; thread-safe counters for tests."""
 
-    def __init__(self, default: Script | None = None, *, peer: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        default: Script | None = None,
+        *,
+        peer: dict[str, Any] | None = None,
+        responder: Callable[[dict[str, Any]], Script] | None = None,
+    ) -> None:
         self.default = default or Script()
+        self.responder = responder
+        """With the queue empty, a request's script is ``responder(request body)`` (else ``default``)."""
         self.peer = peer
         self.healthy = True
         self.health_calls = 0
@@ -120,9 +128,11 @@ class ScriptedEngine:
             setattr(self, name, getattr(self, name) + by)
             self._cond.notify_all()
 
-    def _next(self) -> Script:
+    def _next(self, request: dict[str, Any]) -> Script:
         with self._cond:
-            return self._scripts.pop(0) if self._scripts else self.default
+            if self._scripts:
+                return self._scripts.pop(0)
+        return self.responder(request) if self.responder is not None else self.default
 
     # --- ASGI -----------------------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
@@ -181,7 +191,7 @@ class ScriptedEngine:
         elif path == "/detokenize":
             await _json(send, {"prompt": " ".join(str(t) for t in request.get("tokens", []))})
         elif path in ("/v1/chat/completions", "/v1/completions"):
-            script = self._next()
+            script = self._next(request)
             if script.status != 200:
                 error = {
                     "error": {

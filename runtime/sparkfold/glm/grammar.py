@@ -15,11 +15,13 @@ other JSON string does (xgrammar's bounded-string rule lets ``\x00``-``\x1f`` th
 
 :class:`ConstrainedMatcher` is the engine-agnostic part: fill a packed int32 token bitmask (bit
 ``i & 31`` of word ``i >> 5``, the layout exllamav3 filters use too), accept a token,
-``is_terminated``, roll back. It stays inactive until the think block has closed (the
-``</think>`` token), so a grammar never blocks reasoning or ``</think>`` itself; with thinking
-off it is active from the first token. Its stop tokens are :data:`~sparkfold.glm.tokens.STOP_TOKENS`
-(an engine must stop on all four, ``<|assistant|>`` included). ``sparkfold.glm.logits`` adapts it
-to transformers.
+``is_terminated``, roll back. Its grammar waits until the think block has closed (the
+``</think>`` token), so it never blocks reasoning or ``</think>`` itself; with thinking off it
+holds from the first token. While it waits, only the stop tokens are refused: a constrained reply
+cannot end its turn inside its reasoning, it must close it and then write what the grammar asks
+(a forced call, the JSON object); ``max_tokens`` still cuts it anywhere (``length``). Its stop
+tokens are :data:`~sparkfold.glm.tokens.STOP_TOKENS` (an engine must stop on all four,
+``<|assistant|>`` included). ``sparkfold.glm.logits`` adapts it to transformers.
 """
 
 from __future__ import annotations
@@ -278,14 +280,16 @@ class ConstrainedMatcher:
         return accepted
 
     def fill_bitmask(self, bitmask: torch.Tensor, index: int = 0) -> bool:
-        """Write the allowed tokens into row ``index``; ``False`` (row untouched) while inactive.
+        """Write the allowed tokens into row ``index``: while inactive (reasoning), every token but
+        the stops; then the grammar's.
 
         A step where the grammar allows no token at all (a dead end: the vocabulary cannot spell
         what the grammar needs next) is never a sample from an all ``-inf`` row: the row offers
         the stop tokens only and :attr:`dead_end` is set, so the engine ends the reply with that
         error."""
         if not self.active:
-            return False
+            self._all_but_stops(bitmask[index])
+            return True
         if self._matcher.is_terminated():  # done: only a stop token may follow
             self._only_stops(bitmask[index])
             return True
@@ -302,8 +306,12 @@ class ConstrainedMatcher:
     def _only_stops(self, row: torch.Tensor) -> None:
         row.zero_()
         for token in self.stop_token_ids:
-            bit = token & 31
-            row[token >> 5] |= (1 << bit) if bit < 31 else -(1 << 31)
+            row[token >> 5] |= _bit(token)
+
+    def _all_but_stops(self, row: torch.Tensor) -> None:
+        row.fill_(-1)
+        for token in self.stop_token_ids:
+            row[token >> 5] &= ~_bit(token)
 
     def is_terminated(self) -> bool:
         return self.active and bool(self._matcher.is_terminated())
@@ -328,6 +336,12 @@ class ConstrainedMatcher:
         self._history.clear()
         self._trigger_at = None
         self.active = self._trigger is None
+
+
+def _bit(token: int) -> int:
+    """``token``'s bit in its int32 bitmask word (bit 31 is the sign)."""
+    bit = token & 31
+    return (1 << bit) if bit < 31 else -(1 << 31)
 
 
 # xgrammar's messages start with a time and its C++ source location, and a binding error may name

@@ -1,8 +1,8 @@
 """A Hugging Face transformers ``LogitsProcessor`` over :class:`~sparkfold.glm.grammar.ConstrainedMatcher`.
 
 One matcher per batch row. On each call the processor feeds every row's newest token to its
-matcher (the first call sees only the prompt), then masks the row's logits. Rows whose matcher
-is still waiting for ``</think>`` are left alone.
+matcher (the first call sees only the prompt), then masks the row's logits (while a row still
+reasons, only its stop tokens are masked).
 """
 
 from __future__ import annotations

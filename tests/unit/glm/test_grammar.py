@@ -116,11 +116,13 @@ def test_matcher_waits_for_the_think_block_to_close(compiler: GrammarCompiler, t
     assert constraint is not None
     matcher = compiler.matcher(constraint, thinking=True)
     think_end = tokenizer.convert_tokens_to_ids("</think>")
-    assert _allowed(compiler, matcher) == set(
-        range(compiler.vocab_size)
-    )  # never blocks reasoning or </think>
+    stops = set(compiler.stop_token_ids)
+    assert len(stops) == 4
+    reasoning = set(range(compiler.vocab_size)) - stops
+    assert _allowed(compiler, matcher) == reasoning  # never blocks reasoning or </think>; ends no turn
     for token in tokenizer.encode("maybe", add_special_tokens=False):
         assert matcher.accept_token(token)
+        assert _allowed(compiler, matcher) == reasoning
     assert matcher.accept_token(think_end) and matcher.active
     allowed = _allowed(compiler, matcher)
     assert think_end not in allowed
@@ -148,7 +150,7 @@ def test_matcher_rejects_tokens_outside_the_grammar_and_rolls_back(
     assert matcher.active and not matcher.is_terminated()
     matcher.rollback(2)
     assert not matcher.active  # the </think> was undone: the gate is closed again
-    assert _allowed(compiler, matcher) == set(range(compiler.vocab_size))
+    assert _allowed(compiler, matcher) == set(range(compiler.vocab_size)) - set(compiler.stop_token_ids)
     matcher.reset()
     thinking_off = compiler.matcher(constraint, thinking=False)
     assert thinking_off.active and digit in _allowed(compiler, thinking_off)

@@ -68,7 +68,7 @@ def _filter_class(exl: Any) -> type:
         def get_next_logit_mask(self) -> Any:
             mask = allocate_bitmask(self.matcher.vocab_size)
             if not self.matcher.fill_bitmask(mask, 0):
-                mask.fill_(-1)  # inactive (still thinking): every token allowed
+                mask.fill_(-1)  # nothing to constrain this step (a thinking budget not yet spent)
             return mask
 
         def is_completed(self) -> bool:

@@ -1,0 +1,122 @@
+"""The coding agents users run (Claude Code, Codex, opencode; pinned in package-lock.json) drive the
+gateway end to end, headless, configured exactly as docs/agents.md says.
+
+Each agent gets one prompt; the scripted engine behind the real ``sparkfold api`` answers with a
+call to the agent's own shell tool (write a file in the agent's working directory), then, once the
+tool result is back, with a final answer. Every test asserts: the agent exits 0, the file holds the
+text, the tool result came back in the engine's second request, and the gateway answered nothing
+with a 4xx or 5xx (a client that retries a refused request would otherwise hide it).
+
+Nothing leaves the machine: the agents' own traffic (updates, telemetry) is switched off by the
+docs' settings, and a proxy that refuses every connection stands in for the internet, so a call
+home fails at once instead of passing where a network happens to be.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from agent_turn import (
+    BIN,
+    MODEL_ALIASES,
+    SERVED,
+    AgentGateway,
+    ShellTurn,
+    doc_command,
+    doc_env,
+    doc_file,
+    run_agent,
+)
+
+pytestmark = pytest.mark.agents
+
+NO_INTERNET = "http://127.0.0.1:9"
+"""A proxy address where nothing listens: any connection past loopback is refused at once."""
+
+
+@pytest.fixture(autouse=True)
+def installed() -> None:
+    if not BIN.is_dir():
+        pytest.fail("the agent CLIs are not installed: run `npm ci` in tests/agents (make test-agents does)")
+
+
+def base_env(home: Path) -> dict[str, str]:
+    """A clean environment: a fresh HOME, no proxy but the refusing one, loopback exempt."""
+    home.mkdir()
+    keep = {name: os.environ[name] for name in ("PATH", "LANG", "TERM") if name in os.environ}
+    return {
+        **keep,
+        "PATH": f"{BIN}{os.pathsep}{keep.get('PATH', '/usr/bin:/bin')}",
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+        "XDG_DATA_HOME": str(home / ".local/share"),
+        "HTTP_PROXY": NO_INTERNET,
+        "HTTPS_PROXY": NO_INTERNET,
+        "ALL_PROXY": NO_INTERNET,
+        "NO_PROXY": "127.0.0.1,localhost",
+    }
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    work = tmp_path / "work"
+    work.mkdir()
+    return work
+
+
+def check_turn(gateway: AgentGateway, turn: ShellTurn, result: object) -> None:
+    output = f"{getattr(result, 'stdout', '')[-3000:]}\n{getattr(result, 'stderr', '')[-3000:]}"
+    assert getattr(result, "returncode", None) == 0, output
+    assert turn.target.read_text() == turn.text, output
+    asked_engine = gateway.shell_requests()
+    roles = [[m["role"] for m in r["messages"]] for r in asked_engine]
+    assert len(asked_engine) >= 2 and "tool" not in roles[0], roles  # (later ones: the agent's own)
+    second = asked_engine[1]
+    asked = [c for m in second["messages"] if m["role"] == "assistant" for c in m.get("tool_calls") or []]
+    results = [m for m in second["messages"] if m["role"] == "tool"]
+    assert [c["function"]["name"] for c in asked] == turn.calls, second["messages"]
+    assert [r["tool_call_id"] for r in results] == [c["id"] for c in asked]
+    assert turn.text in json.dumps(results[0]["content"])
+    refused = [line for line in gateway.answered() if not 200 <= line[2] < 400]
+    assert not refused, refused
+
+
+@dataclass(frozen=True)
+class Agent:
+    """One CLI: its shell tool, and where its configuration file goes (``docs/agents.md``'s
+    ``NAME-config`` block), relative to its HOME or to its working directory."""
+
+    shell: str
+    config_in_home: str | None = None
+    config_in_workdir: str | None = None
+
+
+AGENTS = {
+    "claude-code": Agent("Bash"),
+    "codex": Agent("exec_command", config_in_home=".codex/config.toml"),
+    "opencode": Agent("bash", config_in_workdir="opencode.json"),
+}
+
+
+@pytest.mark.parametrize("name", AGENTS)
+def test_the_agent_runs_its_shell_tool_through_the_gateway(tmp_path: Path, workdir: Path, name: str) -> None:
+    agent = AGENTS[name]
+    turn = ShellTurn(workdir / "hello.txt", f"hello from {name}")
+    gateway = AgentGateway(tmp_path, turn)
+    with gateway.running():
+        env = base_env(tmp_path / "home") | doc_env(f"{name}-env", gateway.url, gateway.key)
+        for base, place in ((Path(env["HOME"]), agent.config_in_home), (workdir, agent.config_in_workdir)):
+            if place is not None:
+                (base / place).parent.mkdir(parents=True, exist_ok=True)
+                (base / place).write_text(doc_file(f"{name}-config", gateway.url, gateway.key))
+        argv = doc_command(f"{name}-run")
+        if name == "claude-code" and not MODEL_ALIASES:  # temporary, until [api] model_aliases lands
+            argv += ["--model", SERVED]
+        result = run_agent(argv, workdir, env)
+    check_turn(gateway, turn, result)
+    assert turn.calls == [agent.shell]
