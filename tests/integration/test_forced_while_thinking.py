@@ -20,7 +20,7 @@ from tests.fakes.scripted_engine import ServerThread
 
 from sparkfold.config import EngineSettings
 from sparkfold.engines.server import create_app as create_engine
-from sparkfold.engines.serving import EngineService
+from sparkfold.engines.service import EngineService
 from sparkfold.testing import torch_threads
 
 pytestmark = pytest.mark.slow
@@ -39,7 +39,7 @@ FORCED: list[dict[str, Any]] = [
 
 @pytest.fixture(scope="module")
 def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    from sparkfold.engines.transformers_backend import load
+    from sparkfold.engines.transformers.backend import load
     from sparkfold.testing.tiny_glm import write_tiny_glm
 
     model = write_tiny_glm(tmp_path_factory.mktemp("tiny-glm"))
