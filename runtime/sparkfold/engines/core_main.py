@@ -143,6 +143,7 @@ def _ready_info(generator: Any) -> dict[str, Any]:
         "pictures_temporal_patch_size": getattr(_pictures(generator), "temporal_patch_size", None),
         "pid": os.getpid(),
         "status": _status(generator),
+        "start_phases": getattr(generator, "start_phases", {}),
     }
 
 
