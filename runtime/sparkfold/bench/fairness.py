@@ -38,6 +38,9 @@ __all__ = ["Phase", "figures", "gaps", "percentile", "ratios", "run_fairness"]
 
 SHORT_TOKENS = 4
 """Reply tokens of a short request: its TTFT is the figure, a few tokens end it quickly."""
+BASELINE_SHARE = 0.4
+"""Of the suite's deadline, the most the first window (streams starting included) may take: the
+rest is the long prompt's."""
 FIGURES = ("short_ttft_p50_s", "short_ttft_p99_s", "gap_max_s", "gap_p99_s")
 
 
@@ -232,7 +235,8 @@ async def run_fairness(
     traffic = functools.partial(
         _phase, client, endpoint, streams=streams, interval_s=interval_s, max_tokens=max_tokens
     )
-    baseline, _ = await traffic(window=baseline_window, deadline_s=min(left(), baseline_s * 4 + 60))
+    first_deadline = min(left() * BASELINE_SHARE, baseline_s * 4 + 60)
+    baseline, _ = await traffic(window=baseline_window, deadline_s=first_deadline)
     loaded, _ = await traffic(window=long_window, deadline_s=left())
     before, during = figures(baseline), figures(loaded)
     reply = long_reply[0] if long_reply else Reply(False, error="the long prompt was not answered in time")
