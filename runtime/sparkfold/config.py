@@ -116,6 +116,12 @@ class TransformersSettings(_Section):
         "float32", description="torch dtype of the weights"
     )
     threads: int = Field(0, ge=0, description="torch intra-op threads; 0 = torch's default")
+    prefill_chunk_tokens: int = Field(
+        256,
+        ge=0,
+        description="prompt tokens per forward while a prompt is read, interleaved with the other "
+        "requests' decode steps; 0 = the whole prompt in one forward",
+    )
 
 
 class Exllamav3Settings(_Section):

@@ -10,6 +10,8 @@ from typing import Any
 
 from tests.integration.engine_procs import RUNTIME, EngineProcess, free_port, wait_healthy, write_config
 
+from sparkfold.engines.compile_cache import CACHES
+
 
 class Results:
     """Measured numbers of this run, written to ``$SPARKFOLD_GPU_OUT/gpu_results.json``."""
@@ -45,12 +47,13 @@ def start_engine(
     context: int = 16_384,
     core_process: bool | None = None,
     media: dict[str, Any] | None = None,
+    state_dir: Path | None = None,
     **exllamav3: Any,
 ) -> tuple[str, EngineProcess]:
     """``sparkfold engine`` on the GPU with these ``[engine.exllamav3]`` keys; its URL once healthy.
 
     ``core_process``: ``[engine] core_process``; None leaves it to the default (on for one GPU).
-    ``media``: ``[engine.media]`` keys."""
+    ``media``: ``[engine.media]`` keys; ``state_dir``: ``[paths] state_dir`` (its compile caches)."""
     port = free_port()
     tp = int(exllamav3.pop("tp", 1))
     config = write_config(
@@ -70,8 +73,13 @@ def start_engine(
         if keys:
             lines = [f"[engine.{section}]"] + [f"{key} = {json.dumps(value)}" for key, value in keys.items()]
             config.write_text(config.read_text() + "\n".join(lines) + "\n")
+    if state_dir is not None:
+        config.write_text(config.read_text() + f'[paths]\nstate_dir = "{state_dir}"\n')
     log_dir = Path(os.environ.get("SPARKFOLD_GPU_OUT") or tmp)
-    proc = EngineProcess(config, log_dir / f"engine-{name}.log", env=child_env())
+    env: dict[str, str | None] = {**child_env()}
+    if state_dir is not None:  # the engine points its compile caches into state_dir, not ours
+        env |= dict.fromkeys(CACHES)
+    proc = EngineProcess(config, log_dir / f"engine-{name}.log", env=env)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, proc, deadline_s=400)

@@ -20,7 +20,10 @@
 # ~0.55B fixture that converts faster). long sends ~1M-token requests through the gateway
 # (tests/bench/long_window.py; LONG_TIMEOUT, LONG_ARGS); cli-bench-window runs `sparkfold bench
 # --suite prefill,reuse` against the engine server on the tiny fixture with the 1,048,576-token
-# window (prefill lengths doubling to the window, the 64k re-send). STEPS=none only installs and
+# window (prefill lengths doubling to the window, the 64k re-send); fairness starts the engine on the
+# bench-size fixture with empty compile caches and again (the restart figure), then runs `sparkfold
+# bench --suite fairness` (tests/bench/exllamav3_fairness.py; FAIRNESS_TIMEOUT, FAIRNESS_ARGS:
+# "--chunks 2048,512 --control"). STEPS=none only installs and
 # imports (on a fresh machine: builds) the extension.
 set -uo pipefail
 OUT=${1:?usage: tests/gpu/run.sh OUT_DIR}
@@ -45,6 +48,11 @@ if [ ! -f "$EXT_DIR/exllamav3_ext.so" ] && [ -f "$EXT_DIR/exllamav3_ext.so.xz" ]
   log "unpacking the carried extension build $EXT_DIR/exllamav3_ext.so.xz"
   mkdir -p "$WORK/ext" && python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" \
     "$EXT_DIR/exllamav3_ext.so.xz" "$WORK/ext/exllamav3_ext.so" && EXT_DIR=$WORK/ext
+fi
+prior=$TORCH_EXTENSIONS_DIR/exllamav3_ext
+if [ ! -f "$EXT_DIR/exllamav3_ext.so" ] && [ -f "$prior/exllamav3_ext.so" ]; then
+  # a warm machine's earlier build: torch's JIT would rebuild it (the reinstalled sources are newer)
+  log "reusing this machine's earlier build $prior" && EXT_DIR=$prior
 fi
 if [ -f "$EXT_DIR/exllamav3_ext.so" ]; then
   log "using the carried extension build $EXT_DIR"
@@ -96,7 +104,7 @@ for step in $STEPS; do
       timeout "${CLI_BENCH_TIMEOUT:-300}" python3 tests/bench/exllamav3_cli_bench.py "$MODEL" "$OUT/cli-bench-window" \
         --context 1048576 -- --suite prefill,reuse --label "exllamav3 server, 1M window" \
         2>&1 | tee "$OUT/cli-bench-window.log" | tail -30 || rc=1 ;;
-    bench-large|bench-large2|profile|ab|cli-bench|bench-q|bench-q2|profile-q)
+    bench-large|bench-large2|profile|ab|cli-bench|fairness|bench-q|bench-q2|profile-q)
       LARGE=$WORK/bench-glm${LARGE_SIZE:+-$LARGE_SIZE}
       if [ ! -f "$LARGE/config.json" ]; then
         log "writing the ${LARGE_SIZE:-bench}-size fixture (bf16, on the GPU)"
@@ -105,9 +113,10 @@ for step in $STEPS; do
       fi
       case $step in *-q|*-q2)  # its EXL3 conversion: the quantized path real checkpoints take
         if [ ! -f "$LARGE-exl3/.converted" ]; then
-          log "converting it to EXL3, 4 bits (bounded by CONVERT_TIMEOUT; a re-run resumes from $LARGE-work)"
+          resume=(); [ -f "$LARGE-work/args.json" ] && resume=(-r)  # an earlier call's cut conversion
+          log "converting it to EXL3, 4 bits (bounded by CONVERT_TIMEOUT${resume:+; resuming from $LARGE-work})"
           if timeout "${CONVERT_TIMEOUT:-240}" python3 -m exllamav3.conversion.convert_model -i "$LARGE" \
-              -o "$LARGE-exl3" -w "$LARGE-work" -b 4 -cr 8 -cc 256 >>"$OUT/bench-convert.log" 2>&1; then
+              -o "$LARGE-exl3" -w "$LARGE-work" -b 4 -cr 8 -cc 256 "${resume[@]}" >>"$OUT/bench-convert.log" 2>&1; then
             touch "$LARGE-exl3/.converted"; log "converted"
           else
             log "conversion failed or timed out (bench-convert.log)"; tail -5 "$OUT/bench-convert.log"; rc=1; continue
@@ -119,6 +128,12 @@ for step in $STEPS; do
         log "A/B of exllamav3's own loop, bench-size fixture"
         timeout "${AB_TIMEOUT:-240}" python3 tests/bench/exllamav3_ab.py "$LARGE" --json "$OUT/ab.json" \
           ${AB_ARGS:-} 2>&1 | tee "$OUT/ab.log" | tail -20 || rc=1
+        continue
+      fi
+      if [ "$step" = fairness ]; then
+        log "the engine's restart and fairness, bench-size fixture (tests/bench/exllamav3_fairness.py)"
+        timeout "${FAIRNESS_TIMEOUT:-560}" python3 tests/bench/exllamav3_fairness.py "$LARGE" "$OUT/fairness" \
+          --budget-s $(( ${FAIRNESS_TIMEOUT:-560} - 20 )) ${FAIRNESS_ARGS:-} 2>&1 | tee "$OUT/fairness.log" | tail -40 || rc=1
         continue
       fi
       if [ "$step" = cli-bench ]; then
@@ -134,10 +149,12 @@ for step in $STEPS; do
         continue
       fi
       log "benchmark ($step), bench-size fixture"
-      timeout "${BENCH_LARGE_TIMEOUT:-300}" python3 tests/bench/exllamav3_bench.py "$LARGE" \
+      rounds=$(grep -o -- '--rounds [0-9]*' <<<"${BENCH_ARGS:-}" | grep -o '[0-9]*$' || true)
+      # 4 rounds of four levels took 229 s on an H100: a default that grows with --rounds
+      timeout "${BENCH_LARGE_TIMEOUT:-$(( 300 * ${rounds:-4} / 4 ))}" python3 tests/bench/exllamav3_bench.py "$LARGE" \
         --json "$OUT/$step.json" ${BENCH_ARGS:-} 2>&1 | tee -a "$OUT/$step.log" | tail -20 || rc=1 ;;
     none) ;;
-    *) log "unknown step $step (tests bench long bench-large bench-large2 bench-q bench-q2 profile profile-q ab cli-bench cli-bench-window none)"; rc=1 ;;
+    *) log "unknown step $step (tests bench long bench-large bench-large2 bench-q bench-q2 profile profile-q ab cli-bench cli-bench-window fairness none)"; rc=1 ;;
   esac
 done
 log "done rc=$rc"

@@ -6,7 +6,7 @@ Each application owns a registry, so several gateways (tests) never share counte
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -14,11 +14,22 @@ from prometheus_client.registry import Collector
 
 from sparkfold.api.lanes import Lanes
 
-__all__ = ["ALIASES", "ROUTES", "EngineLoad", "Metrics", "route_label"]
+__all__ = ["ALIASES", "ROUTES", "EngineLoad", "Metrics", "StartFigures", "route_label"]
 
-# The seconds this node's engine rank took from its process start to READY (its last cold load), or
-# None where no rank is marked serving (the command reads sparkfold.node.marker's marker).
-EngineLoad = Callable[[], float | None]
+
+class StartFigures(Protocol):
+    """How this node's engine rank started (``sparkfold.node.marker.Serving``): the seconds from its
+    process start to READY, ``first`` or ``restart``, and its phases (``load_s``, ``warmup_s``,
+    ``first_token_s``)."""
+
+    load_s: float | None
+    start: str | None
+    phases: dict[str, float] | None
+
+
+# The serving rank's start, or None where no rank is marked serving (the command reads
+# sparkfold.node.marker's marker).
+EngineLoad = Callable[[], StartFigures | None]
 
 # Known routes are labels as they are; anything else is "other" (unbounded paths, unbounded series).
 ROUTES = frozenset(
@@ -71,13 +82,20 @@ class _EngineLoadCollector(Collector):
         return []  # asked at every scrape: the series comes and goes with the rank
 
     def collect(self) -> Iterator[Metric]:
-        seconds = self.source()
-        if seconds is not None:
-            yield GaugeMetricFamily(
-                "sparkfold_engine_load_seconds",
-                "Seconds the serving engine rank took from its process start to ready (its last cold load)",
-                value=seconds,
-            )
+        found = self.source()
+        if found is None or found.load_s is None:
+            return
+        family = GaugeMetricFamily(
+            "sparkfold_engine_load_seconds",
+            "Seconds the serving engine rank's start took: phase ready = process start to ready; load, "
+            "warmup, first_token its phases; start = first, or restart (compile caches found)",
+            labels=["phase", "start"],
+        )
+        start = found.start or "unknown"
+        family.add_metric(["ready", start], found.load_s)
+        for name, seconds in (found.phases or {}).items():
+            family.add_metric([name.removesuffix("_s"), start], seconds)
+        yield family
 
 
 class Metrics:

@@ -113,10 +113,13 @@ def _failed(started: float, error: str) -> Reply:
 
 
 async def stream_chat(
-    client: httpx.AsyncClient, body: dict[str, Any], on_first_token: Callable[[], object] | None = None
+    client: httpx.AsyncClient,
+    body: dict[str, Any],
+    on_first_token: Callable[[], object] | None = None,
+    on_delta: Callable[[], object] | None = None,
 ) -> Reply:
     """Send ``body`` (``stream`` and ``include_usage`` are set here) and read the stream to its end;
-    ``on_first_token`` is called as the first token arrives."""
+    ``on_first_token`` is called as the first token arrives, ``on_delta`` as each token delta does."""
     body = {**body, "stream": True, "stream_options": {"include_usage": True}}
     started = time.perf_counter()
     first: float | None = None
@@ -151,6 +154,8 @@ async def stream_chat(
                     piece, thought = delta.get("content"), delta.get("reasoning_content")
                     if piece or thought:
                         deltas += 1
+                        if on_delta is not None:
+                            on_delta()
                         if first is None:
                             first = time.perf_counter()
                             if on_first_token is not None:

@@ -24,7 +24,13 @@ __all__ = ["DECODE_SHARE", "PHASE_SHARES", "Plan", "Prompts", "long_prompts", "p
 
 DECODE_SHARE = 0.5
 EXACT_SHARE = 1 / 6
-PHASE_SHARES = {"decode": DECODE_SHARE, "prefill": 0.2, "reuse": 1 / 6, "exact": EXACT_SHARE}
+PHASE_SHARES = {
+    "decode": DECODE_SHARE,
+    "prefill": 0.2,
+    "reuse": 1 / 6,
+    "exact": EXACT_SHARE,
+    "fairness": 1 / 3,
+}
 """Each suite's share of the budget: its deadline (``max_seconds``) under a budget."""
 MIN_TOKENS = 16
 

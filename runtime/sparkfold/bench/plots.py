@@ -3,7 +3,9 @@
 - ``decode.png``: aggregate tok/s, per-request tok/s and TTFT (p50, bar to p90) against
   concurrency; prose solid, structured dashed;
 - ``prefill.png``: prefill tok/s and TTFT against prompt length;
-- ``reuse.png``: TTFT of the first and the next visit, per reuse case (log scale).
+- ``reuse.png``: TTFT of the first and the next visit, per reuse case (log scale);
+- ``fairness.png``: without and with the long prompt, each decode gap (ms, at the delta that
+  ended it) and each short request's TTFT (at its send time) over time, the measured window shaded.
 
 Each run gets its own colour, so two runs drawn together compare at a glance. matplotlib is the
 ``bench`` extra (``pip install 'sparkfold[bench]'``), imported only here.
@@ -11,6 +13,7 @@ Each run gets its own colour, so two runs drawn together compare at a glance. ma
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -122,7 +125,40 @@ def _reuse(plt: Any, runs: list[Run], path: Path) -> None:
     plt.close(fig)
 
 
-_PLOTS = {"decode": _decode, "prefill": _prefill, "reuse": _reuse}
+def _fairness(plt: Any, runs: list[Run], path: Path) -> None:
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5), sharey=True)
+    for ax, phase in zip(axes, ("baseline", "loaded"), strict=True):
+        for colour, (label, result) in enumerate(runs):
+            trace = result["suites"]["fairness"]["traces"][phase]
+            xs, ys = [], []
+            for times in trace["replies"]:
+                for a, b in itertools.pairwise(times):
+                    xs.append(b)
+                    ys.append((b - a) * 1000)
+            ax.scatter(xs, ys, s=6, color=f"C{colour}", alpha=0.6, label=f"{label} decode gaps")
+            shorts = [(sent, (first - sent) * 1000) for sent, first in trace["shorts"] if first is not None]
+            ax.scatter(
+                [x for x, _ in shorts],
+                [y for _, y in shorts],
+                marker="x",
+                s=30,
+                color=f"C{colour}",
+                label=f"{label} short TTFT",
+            )
+            ax.axvspan(0, trace["window_s"], color=f"C{colour}", alpha=0.08)
+        ax.set_title("no long prompt" if phase == "baseline" else "a long prompt prefilling (shaded)")
+    _finish(
+        plt,
+        fig,
+        axes,
+        ("ms (decode gap; short TTFT)", ""),
+        "seconds from the window's start",
+        _title(runs, "Fairness"),
+        path,
+    )
+
+
+_PLOTS = {"decode": _decode, "prefill": _prefill, "reuse": _reuse, "fairness": _fairness}
 
 
 def draw(runs: list[Run], out_dir: Path, prefix: str = "") -> list[Path]:

@@ -2,8 +2,9 @@
 
 Decode: ``Concurrent | Prose tok/s | Prose per request | TTFT | Structured tok/s | Structured per
 request | TTFT`` (TTFT as p50 / p90); prefill: ``Prompt tokens | Prefill tok/s | TTFT``; reuse:
-``Prompt | First | Next``; exact: how many concurrent replies equal the serial ones. Every table
-is followed by its error count.
+``Prompt | First | Next``; exact: how many concurrent replies equal the serial ones; fairness:
+``Phase | Short TTFT p50 | p99 | Longest decode gap | Gap p99`` without and with the long prompt,
+and their ratio. Every table is followed by its error count.
 """
 
 from __future__ import annotations
@@ -90,11 +91,34 @@ def _exact(suite: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _fairness(suite: dict[str, Any]) -> list[str]:
+    def cells(name: str, row: dict[str, Any]) -> list[str]:
+        return [
+            name,
+            _s(row["short_ttft_p50_s"]),
+            _s(row["short_ttft_p99_s"]),
+            _s(row["gap_max_s"]),
+            _s(row["gap_p99_s"]),
+            f"{row['short_requests']} / {row['gaps']}",
+        ]
+
+    ratio, base = suite["ratio"], suite["baseline"]
+    long = f"during a {suite['long_tokens']:,}-token prefill ({_s(suite['long_ttft_s'])})"
+    head = ["Short TTFT p50", "Short TTFT p99", "Longest decode gap", "Decode gap p99", "Shorts / gaps"]
+    rows = [
+        cells(f"{suite['streams']} streams, a short request every {suite['interval_s']:g} s", base),
+        cells(long, suite["loaded"]),
+        ["ratio", *(_num(ratio[k], 2) + ("×" if ratio[k] else "") for k in ratio), ""],
+    ]
+    return _table(["Phase"], head, rows)
+
+
 _TABLES = {
     "decode": ("Decode", _decode),
     "prefill": ("Prefill", _prefill),
     "reuse": ("Prompt reuse", _reuse),
     "exact": ("Exactness (temperature 0)", _exact),
+    "fairness": ("Fairness under a long prompt", _fairness),
 }
 
 

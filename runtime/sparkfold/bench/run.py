@@ -46,7 +46,7 @@ async def _run(
     on_suite: OnSuite,
     say: OnNote,
 ) -> dict[str, Any]:
-    streams = max(*knobs.levels, knobs.exact_requests)
+    streams = max(*knobs.levels, knobs.exact_requests, knobs.fairness_streams + 8)  # + shorts, the long
     async with open_client(url, api_key, knobs.max_seconds, streams) as client:
         endpoint = await resolve_endpoint(client, url, model, api_key)
         result: dict[str, Any] = {

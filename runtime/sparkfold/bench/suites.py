@@ -14,6 +14,9 @@
   conversations sharing one long system prompt: TTFT of each, and the cached tokens reported.
 - ``exact``: greedy replies sent one at a time, then all at once (burst), then each as the one
   before it starts streaming (staggered): how many concurrent replies equal their serial twin.
+- ``fairness``: decoding streams and short requests at a fixed rate, without and then with one long
+  prompt being read: the short requests' TTFT and the streams' longest gap, and their ratios
+  (:mod:`sparkfold.bench.fairness`).
 
 Every phase stops starting requests at its deadline (``max_seconds``); a request that fails is
 an error in its phase's count, with up to three distinct messages kept, never dropped.
@@ -33,11 +36,12 @@ import httpx
 from tqdm import tqdm  # type: ignore[import-untyped]
 
 from sparkfold.bench.client import Endpoint, Reply, stream_chat
+from sparkfold.bench.fairness import run_fairness
 from sparkfold.bench.prompts import KINDS, filler, messages, tokens_per_word
 
 __all__ = ["SUITES", "Knobs", "run_suite"]
 
-SUITES = ("decode", "prefill", "reuse", "exact")
+SUITES = ("decode", "prefill", "reuse", "exact", "fairness")
 PREFILL_FROM = 8_192
 MARGIN_TOKENS = 256  # room left in the window for the template and the reply
 
@@ -56,6 +60,10 @@ class Knobs:
     system_tokens: int = 7_900
     exact_requests: int = 4
     exact_tokens: int = 64
+    fairness_streams: int = 2
+    fairness_interval_s: float = 0.5
+    fairness_tokens: int | None = None  # None: the window, or what the phase's deadline allows
+    fairness_baseline_s: float = 10.0
     max_seconds: float = 900.0
     progress: bool = field(default_factory=lambda: sys.stderr.isatty())
     budget_s: float = 0.0
@@ -316,6 +324,38 @@ async def _watched(client: httpx.AsyncClient, body: dict[str, Any], streaming: a
     return await stream_chat(client, body, on_first_token=streaming.set)
 
 
+# --- fairness ---------------------------------------------------------------------------------
+
+FAIRNESS_PREFILL_SHARE = 0.25
+"""Of the phase's deadline, what the long prompt's prefill may take at the probe's rate (a lower
+bound: the rate grows with the prompt on a GPU, and the streams compete for it)."""
+
+
+async def fairness(client: httpx.AsyncClient, endpoint: Endpoint, knobs: Knobs) -> dict[str, Any]:
+    window = _window(endpoint, knobs)
+    room = window - MARGIN_TOKENS - knobs.max_tokens
+    long_tokens = knobs.fairness_tokens or room
+    probe_tok_s = None
+    if knobs.fairness_tokens is None:  # the window, unless its prefill at the probe's rate is too long
+        per_word = await tokens_per_word(client, endpoint.model)
+        _, probe = await _long(client, endpoint, min(1_024, room), per_word, seed=97)
+        if probe.ok and probe.ttft_s and probe.prompt_tokens:
+            probe_tok_s = probe.prompt_tokens / probe.ttft_s
+            long_tokens = min(room, int(probe_tok_s * knobs.max_seconds * FAIRNESS_PREFILL_SHARE))
+    result = await run_fairness(
+        client,
+        endpoint,
+        window_tokens=room,
+        long_tokens=long_tokens,
+        streams=knobs.fairness_streams,
+        interval_s=knobs.fairness_interval_s,
+        baseline_s=knobs.fairness_baseline_s,
+        max_tokens=knobs.max_tokens,
+        max_seconds=knobs.max_seconds,
+    )
+    return result | {"probe_tok_s": probe_tok_s, "window": window}
+
+
 # --- dispatch ---------------------------------------------------------------------------------
 
 _RUNNERS: dict[str, Callable[[httpx.AsyncClient, Endpoint, Knobs], Awaitable[dict[str, Any]]]] = {
@@ -323,6 +363,7 @@ _RUNNERS: dict[str, Callable[[httpx.AsyncClient, Endpoint, Knobs], Awaitable[dic
     "prefill": prefill,
     "reuse": reuse,
     "exact": exact,
+    "fairness": fairness,
 }
 
 

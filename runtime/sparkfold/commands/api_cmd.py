@@ -44,12 +44,14 @@ def _engine_start() -> EngineStart | None:
 
 
 def _engine_load() -> EngineLoad | None:
-    """The last cold load of the rank this node's engine unit marked serving (node/)."""
-    return _marked("load_s")
+    """How the rank this node's engine unit marked serving started (seconds, phases, first or
+    restart; node/)."""
+    return _marked(None)
 
 
-def _marked(field: str) -> Callable[[], Any] | None:
-    """A reader of one field of the serving marker (None while no rank is marked); None without node/."""
+def _marked(field: str | None) -> Callable[[], Any] | None:
+    """A reader of one field of the serving marker (``None``: all of it; None while no rank is
+    marked); None without node/."""
     try:
         serving = importlib.import_module("sparkfold.node.marker").serving
     except (ImportError, AttributeError):
@@ -57,7 +59,7 @@ def _marked(field: str) -> Callable[[], Any] | None:
 
     def read() -> Any:
         found = serving()
-        return None if found is None else getattr(found, field)
+        return found if found is None or field is None else getattr(found, field)
 
     return read
 

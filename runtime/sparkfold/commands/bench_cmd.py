@@ -35,6 +35,10 @@ def _lengths(ctx: click.Context, param: click.Parameter, value: str | None) -> t
     return None if value is None else _numbers(value, "token counts (8k = 8192)", 16, 1 << 24)
 
 
+def _tokens(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    return None if value is None else _numbers(value, "token counts (1m = 1048576)", 64, 1 << 24)[0]
+
+
 def _suites(ctx: click.Context, param: click.Parameter, value: str) -> list[str]:
     from sparkfold.bench.suites import SUITES
 
@@ -97,7 +101,7 @@ def _set_by_user(ctx: click.Context) -> frozenset[str]:
     default="decode,prefill,reuse,exact",
     show_default=True,
     callback=_suites,
-    help="Suites to run, in order: decode, prefill, reuse, exact.",
+    help="Suites to run, in order: decode, prefill, reuse, exact, fairness.",
 )
 @click.option(
     "--concurrency",
@@ -139,6 +143,21 @@ def _set_by_user(ctx: click.Context) -> frozenset[str]:
     "reuse: the system prompt two conversations share (capped at half the window).",
 )
 @bounded_option("--exact-requests", 4, 2, 64, "exact: replies compared, serial against concurrent.")
+@bounded_option("--fairness-streams", 2, 1, 256, "fairness: streams decoding while the long prompt is read.")
+@bounded_option(
+    "--fairness-interval", 0.5, 0.05, 3600, "fairness: seconds between short requests.", metavar="S"
+)
+@click.option(
+    "--fairness-tokens",
+    metavar="N",
+    default=None,
+    callback=_tokens,
+    help="fairness: the long prompt in tokens (1m = 1048576) [default: the window, or what a fourth of "
+    "the phase's deadline allows at a first prompt's prefill rate].",
+)
+@bounded_option(
+    "--fairness-baseline", 10.0, 1, 3600, "fairness: seconds measured without the long prompt.", metavar="S"
+)
 @bounded_option("--max-seconds", 900.0, 1, 86_400, "Time limit per phase (and per request).", metavar="S")
 @bounded_option(
     "--time-budget",
@@ -199,6 +218,10 @@ def command(
     reuse_tokens: int,
     system_tokens: int,
     exact_requests: int,
+    fairness_streams: int,
+    fairness_interval: float,
+    fairness_tokens: int | None,
+    fairness_baseline: float,
     max_seconds: float,
     time_budget: float,
     model: str | None,
@@ -233,6 +256,10 @@ def command(
         reuse_tokens=reuse_tokens,
         system_tokens=system_tokens,
         exact_requests=exact_requests,
+        fairness_streams=fairness_streams,
+        fairness_interval_s=fairness_interval,
+        fairness_tokens=fairness_tokens,
+        fairness_baseline_s=fairness_baseline,
         max_seconds=max_seconds,
         budget_s=time_budget,
         fixed=_set_by_user(click.get_current_context()),

@@ -96,7 +96,7 @@ async def _admit(
     body = await _parse(request, model)
     if isinstance(body, ErrorReply):
         return _error(body)
-    prepared = await service.off_loop(prepare, body)
+    prepared = await service.off_loop(prepare, body, body_bytes=len(await request.body()))
     if isinstance(prepared, ErrorReply):
         return _error(prepared)
     refused = await service.wait_for_lane()

@@ -7,8 +7,11 @@ values; ``server.py`` maps them to HTTP.
 
 Two rules keep the event loop free and the gateway in charge of capacity:
 
-- rendering, tokenizing, picture decoding and grammar compilation run in one worker thread
-  (:meth:`EngineService.off_loop`), never on the event loop that streams every other reply;
+- rendering, tokenizing, picture decoding and grammar compilation run in a worker thread
+  (:meth:`EngineService.off_loop`), never on the event loop that streams every other reply nor
+  on the engine thread that steps the model; a request body past :data:`LONG_BODY_BYTES` gets a
+  worker of its own, so a short request is not prepared behind a long prompt (seconds at 1M
+  tokens);
 - the gateway is the admission authority: a request that finds every lane taken waits briefly
   for one (:meth:`EngineService.wait_for_lane`; a job whose client just left is still being
   released) before it is refused with 503 ``capacity``, which the gateway retries.
@@ -50,12 +53,14 @@ from sparkfold.protocol import (
 if TYPE_CHECKING:
     from sparkfold.glm.chat import GlmChat
 
-__all__ = ["FOLLOW_S", "EngineService", "ErrorReply", "Outcome", "Prepared", "unavailable"]
+__all__ = ["FOLLOW_S", "LONG_BODY_BYTES", "EngineService", "ErrorReply", "Outcome", "Prepared", "unavailable"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+LONG_BODY_BYTES = 262_144
+"""A request body past this is prepared in the long prompts' worker (:meth:`EngineService.off_loop`)."""
 FOLLOW_S = 2.0
 """How long a request that found every lane taken waits for one before the 503 ``capacity``."""
 
@@ -181,6 +186,8 @@ class EngineService:
         """The generator's tokenizer, with the ids of recent long prompts kept (a re-sent prompt)."""
         self._prepare = ThreadPoolExecutor(1, thread_name_prefix="prepare")
         """Prompt work (render, tokenize, pictures, grammar) off the event loop, one at a time."""
+        self._prepare_long = ThreadPoolExecutor(1, thread_name_prefix="prepare-long")
+        """The same for long request bodies, one at a time, beside the short ones."""
         self._lane_waiters: list[asyncio.Future[None]] = []
         self._held = 0
         """Lanes kept by a request between two of its choices (:meth:`run_choices`)."""
@@ -397,9 +404,11 @@ class EngineService:
         stop = [request.stop] if isinstance(request.stop, str) else list(request.stop or [])
         return Prepared(ids, params, stop)
 
-    async def off_loop(self, work: Callable[..., T], *args: object) -> T:
-        """``work(*args)`` in the prompt worker thread (rendering, tokenizing, pictures, grammar)."""
-        return await asyncio.get_running_loop().run_in_executor(self._prepare, work, *args)
+    async def off_loop(self, work: Callable[..., T], *args: object, body_bytes: int = 0) -> T:
+        """``work(*args)`` in a prompt worker thread (rendering, tokenizing, pictures, grammar): the
+        long prompts' one when the request's body has more than :data:`LONG_BODY_BYTES`."""
+        worker = self._prepare_long if body_bytes > LONG_BODY_BYTES else self._prepare
+        return await asyncio.get_running_loop().run_in_executor(worker, work, *args)
 
     async def wait_for_lane(self) -> ErrorReply | None:
         """None once a lane is free; the 503 ``capacity`` if none freed within :data:`FOLLOW_S`."""

@@ -121,6 +121,8 @@ class ThreadedEngine(HfTokenizer, Generic[J]):
         self._progress_at = time.monotonic()
         """When the engine thread last completed a step or found nothing to do."""
         self.steps_total = 0
+        self.start_phases: dict[str, float] = {}
+        """Seconds this engine's start took, by phase (``load_s``, ``warmup_s``), set by its loader."""
         self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
         self._thread.start()
 

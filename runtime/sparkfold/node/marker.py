@@ -1,15 +1,17 @@
 """The serving marker: which engine configuration this node's rank serves right now.
 
 Once a rank is READY, the supervisor writes ``serving.json`` (the engine fingerprint, its pid, its
-rank, and ``load_s``: the seconds from the supervisor's process start to READY, this start's cold
-load) into the engine unit's ``RuntimeDirectory`` (``/run/sparkfold-engine``, named by systemd in
+rank, ``load_s``: the seconds from the supervisor's process start to READY, this start's cold
+load, ``start``: ``first`` or ``restart`` (whether the compile caches held anything,
+:mod:`sparkfold.engines.compile_cache`), and ``phases``: the start's load, warm-up and first-token
+seconds) into the engine unit's ``RuntimeDirectory`` (``/run/sparkfold-engine``, named by systemd in
 ``$RUNTIME_DIRECTORY``). systemd removes that folder when the unit stops, so the file exists exactly
 while a rank runs; outside systemd (a shell, the tests) nothing is written.
 
 ``sparkfold preflight`` reads it: memory a serving rank holds is not "missing", and a rank that
 already serves the candidate configuration has nothing left to load or write. The gateway reads
-``load_s`` into ``sparkfold_engine_load_seconds``; ``sparkfold startup`` reads ``port_s`` (when the
-engine port first answered, rank 0).
+``load_s``, ``start`` and ``phases`` into ``sparkfold_engine_load_seconds``; ``sparkfold startup``
+reads ``port_s`` (when the engine port first answered, rank 0).
 
 :func:`write_record` / :func:`read_record` are the one way records go through that folder (the
 marker; the TensorFold supervisor's peer state, :mod:`sparkfold.node.peer`, read by the gateway): a
@@ -32,10 +34,12 @@ __all__ = [
     "MARKER",
     "RUN_DIR",
     "Serving",
+    "describe_start",
     "mark_serving",
     "process_age_s",
     "read_record",
     "serving",
+    "start_phases",
     "write_record",
 ]
 
@@ -52,6 +56,8 @@ class Serving:
     rank: int
     load_s: float | None = None  # process start to READY (None: not known)
     port_s: float | None = None  # process start to the engine port's first answer (rank 0)
+    start: str | None = None  # "first" or "restart" (the compile caches held something)
+    phases: dict[str, float] | None = None  # load_s, warmup_s, first_token_s
 
 
 def write_record(
@@ -82,11 +88,33 @@ def read_record(name: str, root: Path = Path("/")) -> dict[str, Any] | None:
     return data if alive and isinstance(data, dict) else None
 
 
+def start_phases(generator: object, first_token_s: float) -> dict[str, float]:
+    """The start's phases: the engine's own (``load_s``, ``warmup_s``: ``start_phases`` of its
+    generator) and the start-up probe's ``first_token_s``."""
+    phases = dict(getattr(generator, "start_phases", None) or {})
+    return {**phases, "first_token_s": round(first_token_s, 2)}
+
+
+def describe_start(start: str, phases: Mapping[str, float], ready_s: float | None) -> str:
+    """The start line's tail, e.g. ``ready in 41.2 s (restart start): load 30.1 s, warm-up 9.8 s,
+    first token 0.31 s``."""
+    names = {"load_s": "load", "warmup_s": "warm-up", "first_token_s": "first token"}
+    parts = ", ".join(f"{names.get(key, key)} {value:g} s" for key, value in phases.items())
+    ready = "ready" if ready_s is None else f"ready in {ready_s:g} s"
+    return f"{ready} ({start} start): {parts}"
+
+
 def mark_serving(
-    settings: Settings, env: Mapping[str, str] | None = None, *, port_open_at: float | None = None
+    settings: Settings,
+    env: Mapping[str, str] | None = None,
+    *,
+    port_open_at: float | None = None,
+    start: str | None = None,
+    phases: Mapping[str, float] | None = None,
 ) -> Path | None:
     """Write the marker for this process (READY); its path, or None outside a systemd unit.
-    ``port_open_at``: the ``time.monotonic()`` at which the engine port first answered."""
+    ``port_open_at``: the ``time.monotonic()`` at which the engine port first answered; ``start``
+    and ``phases``: :func:`describe_start`'s."""
     load_s = process_age_s()
     port_s = None
     if load_s is not None and port_open_at is not None:
@@ -96,6 +124,8 @@ def mark_serving(
         "rank": settings.node.rank,
         "load_s": load_s,
         "port_s": port_s,
+        "start": start,
+        "phases": dict(phases or {}),
     }
     return write_record(MARKER, record, env)
 
@@ -118,13 +148,17 @@ def serving(root: Path = Path("/")) -> Serving | None:
     try:
         if data is None:
             return None
-        load_s, port_s = data.get("load_s"), data.get("port_s")
+        load_s, port_s, phases = data.get("load_s"), data.get("port_s"), data.get("phases")
         return Serving(
             str(data["fingerprint"]),
             int(data["pid"]),
             int(data["rank"]),
             float(load_s) if isinstance(load_s, (int, float)) else None,
             float(port_s) if isinstance(port_s, (int, float)) else None,
+            data.get("start") if data.get("start") in ("first", "restart") else None,
+            {str(k): float(v) for k, v in phases.items() if isinstance(v, (int, float))}
+            if isinstance(phases, dict)
+            else None,
         )
     except (KeyError, TypeError, ValueError):
         return None

@@ -22,11 +22,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from sparkfold.config import Settings
+from sparkfold.engines.compile_cache import use_compile_caches
 from sparkfold.engines.models import resolve_model
 from sparkfold.engines.startup import EngineUnavailable, RankError, load_engine
-from sparkfold.node.marker import mark_serving
 from sparkfold.node.notify import notify, watchdog_interval_s
 from sparkfold.node.peer import HEARTBEAT_PORT_OFFSET, PeerWatch, start_peer_watch
+from sparkfold.node.marker import describe_start, mark_serving, process_age_s, start_phases
 from sparkfold.protocol import PeerState
 
 __all__ = ["describe", "feed_watchdog", "run_rank"]
@@ -131,6 +132,7 @@ def run_rank(settings: Settings) -> int:
             f'engine.kind = {engine.kind!r} is not available yet in this build; use "transformers"'
         )
     notify(f"MAINPID={os.getpid()}", "STATUS=starting")
+    start = use_compile_caches(settings.paths.state_dir)
     watch = start_peer_watch(settings, on_lost=_die)
     from sparkfold.engines.transformers.backend import load
     from sparkfold.engines.transformers.tensor_parallel import EngineMismatch, Rendezvous
@@ -157,7 +159,8 @@ def run_rank(settings: Settings) -> int:
     if loaded.generator is None:
         return _follow(settings, loaded.runner, watch)
     assert http is not None
-    return asyncio.run(_serve(settings, loaded.generator, watch, http))
+    loaded.generator.start_phases = {"load_s": round(loaded.load_s, 2)}
+    return asyncio.run(_serve(settings, loaded.generator, watch, http, start))
 
 
 def _run_single(settings: Settings) -> int:
@@ -165,6 +168,7 @@ def _run_single(settings: Settings) -> int:
     engine core of either engine (``[engine] core_process``: the engine in a child process)."""
     engine = settings.engine
     notify(f"MAINPID={os.getpid()}", "STATUS=starting")
+    start = use_compile_caches(settings.paths.state_dir)  # before the engine (or its core) imports Triton
     http = _listen(engine.host, engine.port)
     notify("STATUS=loading")
     if engine.core_process:
@@ -173,7 +177,7 @@ def _run_single(settings: Settings) -> int:
         generator: Any = CoreClient.start(engine)
     else:
         generator = load_engine(engine, _die)
-    return asyncio.run(_serve(settings, generator, None, http))
+    return asyncio.run(_serve(settings, generator, None, http, start))
 
 
 def _follow(settings: Settings, runner: Any, watch: PeerWatch | None) -> int:
@@ -237,8 +241,11 @@ def _no_signal_capture() -> Iterator[None]:
     yield
 
 
-async def _serve(settings: Settings, generator: Any, watch: PeerWatch | None, http: socket.socket) -> int:
-    """Rank 0: the engine server until SIGTERM (drain, then 0)."""
+async def _serve(
+    settings: Settings, generator: Any, watch: PeerWatch | None, http: socket.socket, start: str
+) -> int:
+    """Rank 0: the engine server until SIGTERM (drain, then 0); ``start``: ``first`` or ``restart``
+    (:func:`~sparkfold.engines.compile_cache.use_compile_caches`)."""
     import uvicorn
 
     from sparkfold.engines.server import create_app
@@ -286,17 +293,19 @@ async def _serve(settings: Settings, generator: Any, watch: PeerWatch | None, ht
             await asyncio.sleep(0.05)
         port_open_at = time.monotonic()
         await _probe(engine.host, engine.port)
+        phases = start_phases(generator, time.monotonic() - port_open_at)
         service.ready = True
         log.info(
-            "serving %s at http://%s:%d/v1, rank 0 of %d (context %d)",
+            "serving %s at http://%s:%d/v1, rank 0 of %d (context %d); %s",
             engine.served_name,
             engine.host,
             engine.port,
             engine.tp,
             generator.context_length,
+            describe_start(start, phases, process_age_s()),
         )
         notify("READY=1", f"STATUS=serving {engine.served_name}")
-        mark_serving(settings, port_open_at=port_open_at)
+        mark_serving(settings, port_open_at=port_open_at, start=start, phases=phases)
         interval = watchdog_interval_s() or 1.0
         while not serving.done():
             await asyncio.wait([serving], timeout=interval)

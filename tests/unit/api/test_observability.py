@@ -97,10 +97,17 @@ def test_tensorfold_aliases_answer_like_their_routes(gateway: Running) -> None:
 def test_metrics_carry_the_engine_load_only_while_a_rank_serves() -> None:
     from sparkfold.api.lanes import Lanes
     from sparkfold.api.metrics import Metrics
+    from sparkfold.node.marker import Serving
 
-    load: list[float | None] = [None]
+    load: list[Serving | None] = [None]
     metrics = Metrics(Lanes(1, 1), engine_load=lambda: load[0])
     assert b"sparkfold_engine_load_seconds" not in metrics.render("")  # no rank marked serving
-    load[0] = 437.25
-    assert b"sparkfold_engine_load_seconds 437.25" in metrics.render("")
+    phases = {"load_s": 30.5, "warmup_s": 9.25, "first_token_s": 0.5}
+    load[0] = Serving("f", 1, 0, load_s=437.25, start="restart", phases=phases)
+    text = metrics.render("").decode()
+    assert 'sparkfold_engine_load_seconds{phase="ready",start="restart"} 437.25' in text
+    assert 'sparkfold_engine_load_seconds{phase="warmup",start="restart"} 9.25' in text
+    assert 'sparkfold_engine_load_seconds{phase="first_token",start="restart"} 0.5' in text
+    load[0] = Serving("f", 1, 0, load_s=400.0)  # a marker written before phases were recorded
+    assert 'sparkfold_engine_load_seconds{phase="ready",start="unknown"} 400.0' in metrics.render("").decode()
     assert b"sparkfold_engine_load_seconds" not in Metrics(Lanes(1, 1)).render("")  # no source (tests)

@@ -64,10 +64,11 @@ def test_the_engine_load_is_the_marker_s_load_time(tmp_path: Path, monkeypatch: 
     assert load is not None and load() is None  # nothing marked serving
     assert node_serving.write_record(
         node_serving.MARKER,
-        {"fingerprint": "f", "rank": 0, "load_s": 433.5},
+        {"fingerprint": "f", "rank": 0, "load_s": 433.5, "start": "restart", "phases": {"warmup_s": 2.5}},
         {"RUNTIME_DIRECTORY": str(folder)},
     )
-    assert load() == 433.5
+    found = load()
+    assert (found.load_s, found.start, found.phases) == (433.5, "restart", {"warmup_s": 2.5})
 
 
 def test_the_process_age_is_uptime_less_the_kernel_s_start_time(tmp_path: Path) -> None:

@@ -448,3 +448,42 @@ def test_a_method_a_path_does_not_answer_is_a_405_with_allow(
     response = _client(fake).request(method, path)
     assert response.status_code == 405 and response.headers["allow"] == allow
     assert response.json()["error"]["message"].endswith(f"it answers {allow}")
+
+
+def test_a_short_request_is_not_prepared_behind_a_long_prompt(fake: FakeGenerator) -> None:
+    """A long prompt's rendering and tokenizing (seconds at 1M tokens) holds neither the engine
+    thread nor the short requests that arrive meanwhile: they are prepared beside it."""
+    import httpx
+
+    from sparkfold.engines.serving import LONG_BODY_BYTES
+
+    release, reading = threading.Event(), threading.Event()
+    plain = fake.encode
+
+    def encode(text: str, *, add_special_tokens: bool = False) -> list[int]:
+        if len(text) > LONG_BODY_BYTES:  # the long prompt's tokenizing, held until released
+            reading.set()
+            release.wait(30)
+        return plain(text, add_special_tokens=add_special_tokens)
+
+    fake.encode = encode  # type: ignore[method-assign]
+    app = create_app(EngineService(fake, served_name="fake-model", max_tokens=64))  # type: ignore[arg-type]
+    long = {"messages": [{"role": "user", "content": "x" * (LONG_BODY_BYTES + 1)}], "max_tokens": 1}
+
+    async def scenario() -> tuple[int, bool, int]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://engine") as client:
+            first = asyncio.create_task(client.post("/v1/chat/completions", json=long))
+            while not reading.is_set():
+                await asyncio.sleep(0.01)
+            short = await asyncio.wait_for(client.post("/v1/chat/completions", json=CHAT), 20)
+            still_reading = not first.done()
+            release.set()
+            return short.status_code, still_reading, (await first).status_code
+
+    try:
+        short_status, still_reading, long_status = asyncio.run(scenario())
+    finally:
+        release.set()
+    assert short_status == 200 and still_reading
+    assert long_status == 400  # past the fake's window: refused once it was read

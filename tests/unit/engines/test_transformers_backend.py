@@ -220,3 +220,49 @@ def test_at_temperature_0_a_constrained_reply_matches_its_grammar(generator: Tra
         ids = asyncio.run(asyncio.wait_for(_collect(generator, [3, 4, 5], params), timeout=20))
         assert ids and ids[-1] == STOP, (ebnf, ids)
         assert re.fullmatch(pattern, "".join(VOCAB[i] for i in ids[:-1])), (ebnf, ids)
+
+
+class _Recording(ModelRunner):
+    """A runner that records each forward's slot and length (the engine thread's order)."""
+
+    def __init__(self, model: object) -> None:
+        super().__init__(model)
+        self.calls: list[tuple[int, int]] = []
+
+    def forward(self, slot: int, ids: Sequence[int], extra: object = None) -> torch.Tensor:
+        self.calls.append((slot, len(ids)))
+        return super().forward(slot, ids, extra)  # type: ignore[arg-type]
+
+
+def test_a_long_prompt_is_read_in_chunks_between_the_other_streams_tokens(model: object) -> None:
+    """While a long prompt is read, a decoding stream waits at most one chunk between its tokens,
+    and the chunked reply equals the one read whole."""
+    runner = _Recording(model)
+    engine = TransformersGenerator(
+        runner, ByteTokenizer(), context_length=128, parallel=2, prefill_chunk_tokens=16
+    )
+    long_prompt = [(7 * i) % 64 for i in range(100)]
+    try:
+
+        async def both() -> tuple[list[int], list[int]]:
+            streaming = asyncio.create_task(_collect(engine, [5, 9], SamplingParams(max_tokens=20)))
+            while not runner.calls:
+                await asyncio.sleep(0.001)
+            long = await _collect(engine, long_prompt, SamplingParams(max_tokens=3))
+            return await streaming, long
+
+        _, chunked = asyncio.run(both())
+    finally:
+        engine.close()
+    long_slot = next(slot for slot, n in runner.calls if n == 16)
+    reads = [n for slot, n in runner.calls if slot == long_slot][:7]
+    assert reads == [16, 16, 16, 16, 16, 16, 4]  # 100 prompt tokens, 16 a step
+    between = [n for slot, n in runner.calls if slot != long_slot]
+    assert max(between[1:]) == 1  # the other stream decoded a token per step all along
+    first, last = runner.calls.index((long_slot, 16)), runner.calls.index((long_slot, 4))
+    assert any(slot != long_slot for slot, _ in runner.calls[first:last])  # interleaved, not one block
+    whole = TransformersGenerator(ModelRunner(model), ByteTokenizer(), context_length=128, parallel=1)
+    try:
+        assert asyncio.run(_collect(whole, long_prompt, SamplingParams(max_tokens=3))) == chunked
+    finally:
+        whole.close()

@@ -74,6 +74,8 @@ class CoreClient(HfTokenizer):
         self.eos_token_ids: frozenset[int] = info["eos_token_ids"]
         self.vocab_size: int = info["vocab_size"]
         self.tp: int = info["tp"]
+        self.start_phases: dict[str, float] = info.get("start_phases") or {}
+        """The core's load and warm-up seconds (``sparkfold.engines.startup.load_engine``)."""
         self.supports_logprobs: bool = info["supports_logprobs"]
         self.pictures_merge_size: int | None = info.get("pictures_merge_size")
         """Set when the core's engine has a vision tower (exllamav3): :meth:`measure_pictures` works."""

@@ -144,6 +144,7 @@ def _ready_info(generator: Generator) -> dict[str, Any]:
         "pictures_temporal_patch_size": pictures.temporal_patch_size if pictures is not None else None,
         "pid": os.getpid(),
         "status": _status(generator),
+        "start_phases": getattr(generator, "start_phases", {}),
     }
 
 

@@ -121,6 +121,35 @@ def warm_up(model: Any, cache: Any, settings: EngineSettings, draft_size: int) -
     return {"warmup_s": seconds, "warmup_failed": list(failed)}
 
 
+VISION_WARMUP_SIZES = ((224, 224), (448, 336))
+"""Blank pictures the vision tower embeds at start: two grids, so a shape-keyed kernel compiles
+for more than one size (a picture of another size may still tune on first use)."""
+
+
+def warm_up_vision(vision_model: Any, tokenizer: Any, settings: EngineSettings) -> dict[str, Any]:
+    """Embed blank pictures through the vision tower, the path a request's pictures take
+    (``get_image_embeddings``), so the first picture does not pay the tower's compiles: what the
+    load plan records (``vision_warmup_s``), empty when ``warmup`` is off.
+
+    exllamav3's ``Model.warmup`` does not suit the vision component: its passes feed token ids
+    through the text model's cache and recurrent paths (``exllamav3/model/model.py``, 1.6.5).
+    """
+    if not settings.exllamav3.warmup:
+        return {}
+    from PIL import Image
+
+    started = time.monotonic()
+    try:
+        for size in VISION_WARMUP_SIZES:
+            vision_model.get_image_embeddings(tokenizer, Image.new("RGB", size, (128, 128, 128)))
+    except Exception as exc:  # the tower still serves; the first picture pays what is left
+        log.warning("the vision tower's warm-up raised: %s", exc)
+        return {"vision_warmup_failed": str(exc)}
+    seconds = round(time.monotonic() - started, 1)
+    log.info("the vision tower's warm-up: %.1f s", seconds)
+    return {"vision_warmup_s": seconds}
+
+
 def _glm_chat(
     settings: EngineSettings, directory: Path, tokenizer: Any, vocab_size: int, preprocessor: Any = None
 ) -> Any:
@@ -255,6 +284,8 @@ def load(settings: EngineSettings, on_fatal: Callable[[str], None] | None = None
         vision_model.load(device="cuda:0")
     warmed = warm_up(model, caches["main"], settings, draft_size)
     exl_tokenizer = exl.Tokenizer.from_config(config)
+    if vision_model is not None:
+        warmed |= warm_up_vision(vision_model, exl_tokenizer, settings)
     tokenizer = AutoTokenizer.from_pretrained(str(directory))
     common = {
         "max_batch_size": settings.parallel,

@@ -6,9 +6,10 @@
 uses); rank 1 gets a :class:`ModelRunner` and calls :meth:`ModelRunner.follow`.
 
 Scheduling: one engine thread owns the model. Up to ``parallel`` requests are active, each with
-its own KV cache; the thread runs one step (prefill, then one token) of each in turn, so
-requests interleave while every forward stays a batch of one: a request's tokens are exactly
-what it would get alone.
+its own KV cache; the thread runs one step of each in turn (a prompt chunk of up to
+``prefill_chunk_tokens`` while the prompt is read, then one token), so requests interleave while
+every forward stays a batch of one: a request's tokens are exactly what it would get alone, and
+a long prompt holds the other streams for one chunk's forward per step, not its whole prefill.
 """
 
 from __future__ import annotations
@@ -203,6 +204,7 @@ class ModelRunner:
 @dataclass(eq=False)
 class _Job(Job):
     slot: int = -1
+    fed: int = 0  # prompt tokens in the KV cache
     produced: int = 0
     last: int | None = None
     rng: torch.Generator | None = field(default=None, repr=False)
@@ -224,8 +226,11 @@ class TransformersGenerator(ThreadedEngine[_Job]):
         parallel: int,
         on_fatal: Callable[[str], None] | None = None,
         glm: Any = None,
+        prefill_chunk_tokens: int = 0,
     ) -> None:
         self._runner = runner
+        self.prefill_chunk_tokens = prefill_chunk_tokens
+        """Prompt tokens per forward while a prompt is read (0: the whole prompt in one)."""
         self.tp = 2 if runner.link is not None else 1
         self.glm = glm
         """``sparkfold.glm.chat.GlmChat`` for a GLM checkpoint (the server then speaks GLM)."""
@@ -269,8 +274,15 @@ class TransformersGenerator(ThreadedEngine[_Job]):
                 self._end(job, exc)
 
     def _step_one(self, job: _Job) -> None:
-        if job.last is None:  # the prompt, with its pictures
+        if job.last is None and job.params.prefill_inputs:  # pictures: their features need the whole prompt
             logits = self._runner.forward(job.slot, job.prompt, job.params.prefill_inputs)
+        elif job.last is None:  # the prompt, a chunk per step
+            chunk = self.prefill_chunk_tokens or len(job.prompt)
+            end = min(job.fed + chunk, len(job.prompt))
+            logits = self._runner.forward(job.slot, job.prompt[job.fed : end])
+            job.fed = end
+            if end < len(job.prompt):
+                return
         else:
             logits = self._runner.forward(job.slot, [job.last])
         raw = logits
@@ -362,5 +374,6 @@ def load(
             parallel=settings.parallel,
             on_fatal=on_fatal,
             glm=_glm_chat(settings, source, model.config, tokenizer),
+            prefill_chunk_tokens=settings.transformers.prefill_chunk_tokens,
         )
     return Loaded(source, runner, generator, time.monotonic() - started)
