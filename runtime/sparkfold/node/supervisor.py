@@ -25,9 +25,9 @@ from sparkfold.config import Settings
 from sparkfold.engines.compile_cache import use_compile_caches
 from sparkfold.engines.models import resolve_model
 from sparkfold.engines.startup import EngineUnavailable, RankError, load_engine
+from sparkfold.node.marker import describe_start, mark_serving, process_age_s, start_phases
 from sparkfold.node.notify import notify, watchdog_interval_s
 from sparkfold.node.peer import HEARTBEAT_PORT_OFFSET, PeerWatch, start_peer_watch
-from sparkfold.node.marker import describe_start, mark_serving, process_age_s, start_phases
 from sparkfold.protocol import PeerState
 
 __all__ = ["describe", "feed_watchdog", "run_rank"]
