@@ -24,6 +24,7 @@ from typing import Any
 from sparkfold.config import Settings
 from sparkfold.engines.models import resolve_model
 from sparkfold.engines.startup import EngineUnavailable, RankError, load_engine
+from sparkfold.node.guard import new_kill_lines
 from sparkfold.node.notify import notify, watchdog_interval_s
 from sparkfold.node.peer import HEARTBEAT_PORT_OFFSET, PeerWatch, start_peer_watch
 from sparkfold.node.serving import mark_serving
@@ -42,6 +43,12 @@ def _die(message: str) -> None:
     _flush_logs()
     notify(f"STATUS={message}")
     os._exit(1)
+
+
+def report_memory_kills(settings: Settings) -> None:
+    """One line per kill of the memory guard not reported yet (:mod:`sparkfold.node.guard`)."""
+    for line in new_kill_lines(settings):
+        log.critical("%s", line)
 
 
 def _flush_logs() -> None:
@@ -114,6 +121,7 @@ def describe(settings: Settings) -> dict[str, Any]:
 def run_rank(settings: Settings) -> int:
     """Run the engine rank to the end; the process exit code."""
     _configure_logging(settings)
+    report_memory_kills(settings)  # the last run's, where the guard's kill took this process too
     engine = settings.engine
     if engine.kind == "tensorfold":
         from sparkfold.engines.tensorfold import LaunchError
