@@ -18,7 +18,13 @@ from sparkfold.node.budget import budget
 from sparkfold.weights.manifest import Manifest, ManifestFile, default_manifest_path
 
 STAGES = ["preflight", "fabric", "image", "weights", "runtime", "service", "verify", "router"]
-ROLES = ["sparkfold", *(f"sparkfold_{stage}" for stage in STAGES), "sparkfold_testbed", "sparkfold_uninstall"]
+ROLES = [
+    "sparkfold",
+    *(f"sparkfold_{stage}" for stage in STAGES),
+    "sparkfold_guard",
+    "sparkfold_testbed",
+    "sparkfold_uninstall",
+]
 
 
 @pytest.mark.slow
@@ -254,6 +260,12 @@ def test_the_example_inventory_fits_a_spark_with_the_reserve(
     plan = budget(settings, tmp_path)
     assert not plan.unknown and plan.reserve_gib == 9.0
     assert plan.fits and plan.headroom_gib > 0.5, plan.sum_text()
+    # The engine unit is capped at the budget's limit (121.69 less 9 GiB) and pays first.
+    engine_unit = (example_render / host / "sparkfold-engine.service").read_text()
+    assert "\nMemoryMax=115394M\n" in engine_unit and "\nOOMScoreAdjust=500\n" in engine_unit
+    if host == "spark-head":  # the gateway lives in the reserve and goes last
+        api_unit = (example_render / host / "sparkfold-api.service").read_text()
+        assert "\nOOMScoreAdjust=-900\nMemoryHigh=2304M\nMemoryMax=3072M\n" in api_unit
 
 
 @pytest.mark.parametrize(
