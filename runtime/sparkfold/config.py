@@ -6,6 +6,7 @@ A node has one file, ``/etc/sparkfold/sparkfold.toml``, with these sections:
 ``[fabric]``  the inter-node link: addresses, rendezvous port, peer timeout, RDMA facts
 ``[engine]``  the engine rank: kind, model, window, parallelism; identical on every rank
 ``[api]``     the public gateway on the head: bind address, lanes, queue, limits, keys
+``[memory]``  the node's memory budget: the reserve kept from the engine, the activation allowance
 ``[paths]``   where state, models and caches live
 
 Everything is validated by pydantic; unknown keys are errors (a typo never passes silently).
@@ -34,6 +35,7 @@ __all__ = [
     "EngineSettings",
     "FabricSettings",
     "MediaSettings",
+    "MemorySettings",
     "NodeSettings",
     "PathSettings",
     "Settings",
@@ -630,6 +632,25 @@ class ApiSettings(_Section):
         return not is_loopback(self.host)
 
 
+class MemorySettings(_Section):
+    """The node's memory budget (:mod:`sparkfold.node.budget`): what the engine may hold is the
+    node's usable memory less ``reserve_gib``; ``activation_gib`` is the engine's working memory
+    beyond its weights and caches. Not part of the engine fingerprint: a node may differ."""
+
+    reserve_gib: float = Field(
+        9.0,
+        ge=0,
+        description="memory kept from the engine for the OS, the gateway, sshd and the page cache "
+        "(GB10: ~9 GiB free held, less preceded engine deaths)",
+    )
+    activation_gib: float = Field(
+        2.0,
+        ge=0,
+        description="the engine's working memory per rank beyond weights and caches, at 4 requests; "
+        "the budget adds 0.95 GiB per request past 4",
+    )
+
+
 class PathSettings(_Section):
     """Where state lives on the node."""
 
@@ -644,6 +665,7 @@ class Settings(_Section):
     fabric: FabricSettings = Field(default_factory=FabricSettings)
     engine: EngineSettings
     api: ApiSettings = Field(default_factory=ApiSettings)
+    memory: MemorySettings = Field(default_factory=MemorySettings)
     paths: PathSettings = Field(default_factory=PathSettings)
 
     @model_validator(mode="before")

@@ -14,9 +14,17 @@ import yaml
 from local_head import ansible, render_example
 
 from sparkfold.config import engine_fingerprint, load
+from sparkfold.node.budget import budget
+from sparkfold.weights.manifest import Manifest, ManifestFile, default_manifest_path
 
 STAGES = ["preflight", "fabric", "image", "weights", "runtime", "service", "verify", "router"]
-ROLES = ["sparkfold", *(f"sparkfold_{stage}" for stage in STAGES), "sparkfold_testbed", "sparkfold_uninstall"]
+ROLES = [
+    "sparkfold",
+    *(f"sparkfold_{stage}" for stage in STAGES),
+    "sparkfold_guard",
+    "sparkfold_testbed",
+    "sparkfold_uninstall",
+]
 
 
 @pytest.mark.slow
@@ -231,6 +239,34 @@ def test_example_inventory_renders_a_valid_pair(repo: Path, example_render: Path
     assert "Restart=on-failure" in engine_unit
     api_unit = (example_render / "spark-head/sparkfold-api.service").read_text()
     assert "ExecReload=/bin/kill -HUP $MAINPID" in api_unit
+
+
+@pytest.mark.parametrize("host", ["spark-head", "spark-worker"])
+def test_the_example_inventory_fits_a_spark_with_the_reserve(
+    example_render: Path, tmp_path: Path, host: str
+) -> None:
+    """The recipe's settings as rendered, their weights as the weights stage writes them down
+    (~176 GB checkpoint, ~2 GiB drafter), on a GB10's 121.69 GiB: the memory budget holds."""
+    settings = load(example_render / host / "sparkfold.toml")
+    for directory, size in (
+        (settings.engine.model, 176_000_000_000),
+        (settings.engine.tensorfold.drafter, 2 << 30),
+    ):
+        files = [ManifestFile(path="model.safetensors", sha256="0" * 64, size=size)]
+        manifest = default_manifest_path(tmp_path / directory.lstrip("/"))
+        manifest.parent.mkdir(parents=True, exist_ok=True)
+        manifest.write_text(Manifest.of(files).to_json())
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc/meminfo").write_text(f"MemTotal: {int(121.69 * 1024 * 1024)} kB\n")
+    plan = budget(settings, tmp_path)
+    assert not plan.unknown and plan.reserve_gib == 9.0
+    assert plan.fits and plan.headroom_gib > 0.5, plan.sum_text()
+    # The engine unit is capped at the budget's limit (121.69 less 9 GiB) and pays first.
+    engine_unit = (example_render / host / "sparkfold-engine.service").read_text()
+    assert "\nMemoryMax=115394M\n" in engine_unit and "\nOOMScoreAdjust=500\n" in engine_unit
+    if host == "spark-head":  # the gateway lives in the reserve and goes last
+        api_unit = (example_render / host / "sparkfold-api.service").read_text()
+        assert "\nOOMScoreAdjust=-900\nMemoryHigh=2304M\nMemoryMax=3072M\n" in api_unit
 
 
 @pytest.mark.parametrize(

@@ -37,7 +37,7 @@ from sparkfold.api.health import HealthServing, PeerSource
 from sparkfold.api.keys import KeyStore
 from sparkfold.api.lanes import TOKENIZER_LANES, TOKENIZER_QUEUE, Lanes
 from sparkfold.api.limits import MediaLimits
-from sparkfold.api.metrics import EngineLoad, Metrics
+from sparkfold.api.metrics import EngineLoad, MemoryKills, Metrics
 from sparkfold.api.middleware import Admission, Auth, BodyLimit, Observe, RequestId, ServerErrors
 from sparkfold.api.middleware.auth import is_preflight
 from sparkfold.api.model_names import ModelNames
@@ -180,6 +180,7 @@ class App:
         peer_state: PeerSource | None = None,
         engine_start: EngineStart | None = None,
         engine_load: EngineLoad | None = None,
+        memory_kills: MemoryKills | None = None,
     ) -> None:
         api = settings.api
         engine = Engine(
@@ -190,7 +191,7 @@ class App:
             concurrency=api.parallel + TOKENIZER_LANES + 2,  # the lanes, the tokenizer's, health and metrics
         )
         lanes = Lanes(api.parallel, api.max_queued)
-        metrics = Metrics(lanes, engine_load)
+        metrics = Metrics(lanes, engine_load, memory_kills)
         served = settings.engine.served_name
         names = ModelNames(served, api.model_aliases)
         capabilities = Capabilities(engine, engine_start)
@@ -269,10 +270,17 @@ def create_app(
     peer_state: PeerSource | None = None,
     engine_start: EngineStart | None = None,
     engine_load: EngineLoad | None = None,
+    memory_kills: MemoryKills | None = None,
 ) -> App:
     """The gateway; ``peer_state``: the peer rank's state when the engine's ``/health`` has none;
     ``engine_start``: what identifies the engine's current start (capabilities are asked once a start);
-    ``engine_load``: the serving rank's last cold load in seconds (``sparkfold_engine_load_seconds``)."""
+    ``engine_load``: the serving rank's last cold load in seconds (``sparkfold_engine_load_seconds``);
+    ``memory_kills``: the memory guard's kills of this rank (``sparkfold_engine_memory_kills_total``)."""
     return App(
-        settings, connect=connect, peer_state=peer_state, engine_start=engine_start, engine_load=engine_load
+        settings,
+        connect=connect,
+        peer_state=peer_state,
+        engine_start=engine_start,
+        engine_load=engine_load,
+        memory_kills=memory_kills,
     )

@@ -10,7 +10,7 @@ Hierarchy (catch at the level you mean)::
     │   ├── NotFound               404 unknown route, model or stored response
     │   └── Overloaded             429 every lane busy and the queue full (carries Retry-After)
     └── UpstreamError              502 the engine answered with something unusable
-        ├── UpstreamUnavailable    503 the engine cannot be reached
+        ├── UpstreamUnavailable    503 the engine cannot be reached (carries Retry-After)
         │   └── EngineAtCapacity   503 the engine refused a request for want of a lane (retried first)
         └── UpstreamTimeout        504 the engine stayed silent past api.upstream_timeout_s
 
@@ -111,7 +111,17 @@ class NotFound(ClientError):
     type = "not_found_error"
 
 
-class Overloaded(ClientError):
+class _RetryLater(ApiError):
+    """An error a client should send again after ``retry_after_s`` (the ``Retry-After`` header)."""
+
+    retry_after_s = RETRY_AFTER_S
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"retry-after": str(self.retry_after_s)}
+
+
+class Overloaded(_RetryLater, ClientError):
     status = 429
     type = "rate_limit_error"
 
@@ -119,17 +129,15 @@ class Overloaded(ClientError):
         super().__init__(message, code="overloaded")
         self.retry_after_s = retry_after_s
 
-    @property
-    def headers(self) -> dict[str, str]:
-        return {"retry-after": str(self.retry_after_s)}
-
 
 class UpstreamError(ApiError):
     status = 502
     type = "upstream_error"
 
 
-class UpstreamUnavailable(UpstreamError):
+class UpstreamUnavailable(_RetryLater, UpstreamError):
+    """The engine is gone (stopped, restarting after a crash or a memory kill): send it again later."""
+
     status = 503
     type = "upstream_unavailable"
 

@@ -9,12 +9,12 @@ from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from sparkfold.api.lanes import Lanes
 
-__all__ = ["ALIASES", "ROUTES", "EngineLoad", "Metrics", "StartFigures", "route_label"]
+__all__ = ["ALIASES", "ROUTES", "EngineLoad", "MemoryKills", "Metrics", "StartFigures", "route_label"]
 
 
 class StartFigures(Protocol):
@@ -30,6 +30,9 @@ class StartFigures(Protocol):
 # The serving rank's start, or None where no rank is marked serving (the command reads
 # sparkfold.node.marker's marker).
 EngineLoad = Callable[[], StartFigures | None]
+# How often the node's memory guard has killed the engine rank (the command reads the guard's
+# record, sparkfold.node.guard).
+MemoryKills = Callable[[], int]
 
 # Known routes are labels as they are; anything else is "other" (unbounded paths, unbounded series).
 ROUTES = frozenset(
@@ -98,8 +101,27 @@ class _EngineLoadCollector(Collector):
         yield family
 
 
+class _MemoryKillsCollector(Collector):
+    """``sparkfold_engine_memory_kills_total``, read from the guard's record at every scrape."""
+
+    def __init__(self, source: MemoryKills) -> None:
+        self.source = source
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        yield CounterMetricFamily(
+            "sparkfold_engine_memory_kills",
+            "Engine ranks on this node killed by the memory guard (the engine outgrew its memory budget)",
+            value=self.source(),
+        )
+
+
 class Metrics:
-    def __init__(self, lanes: Lanes, engine_load: EngineLoad | None = None) -> None:
+    def __init__(
+        self, lanes: Lanes, engine_load: EngineLoad | None = None, memory_kills: MemoryKills | None = None
+    ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self._children: dict[tuple[str, int], tuple[Any, Any]] = {}
         r = self.registry
@@ -147,6 +169,8 @@ class Metrics:
         )
         if engine_load is not None:
             r.register(_EngineLoadCollector(engine_load))
+        if memory_kills is not None:
+            r.register(_MemoryKillsCollector(memory_kills))
 
     def count_request(self, route: str, status: int, seconds: float) -> None:
         """One answered request (status 0: the client left first) and how long it took."""

@@ -26,7 +26,7 @@ from sparkfold.api.connections import ConnectionLimits, bounded_protocol
 from sparkfold.api.errors import UpstreamUnavailable
 from sparkfold.api.health import PeerSource
 from sparkfold.api.keys import KeyFileError, KeyStore
-from sparkfold.api.metrics import EngineLoad
+from sparkfold.api.metrics import EngineLoad, MemoryKills
 from sparkfold.config import Settings
 
 __all__ = [
@@ -177,15 +177,23 @@ def serve(
     peer_state: PeerSource | None = None,
     engine_start: EngineStart | None = None,
     engine_load: EngineLoad | None = None,
+    memory_kills: MemoryKills | None = None,
 ) -> None:
     """Serve until SIGINT/SIGTERM. Raises GatewayRefused before binding when it must not start.
 
     ``peer_state``: the peer rank's state where the engine's ``/health`` has none (TensorFold);
     ``engine_start``: what identifies the engine's current start (see :mod:`sparkfold.api.capabilities`);
-    ``engine_load``: the serving rank's last cold load (see :mod:`sparkfold.api.metrics`)."""
+    ``engine_load``: the serving rank's last cold load, ``memory_kills``: the memory guard's kills of
+    it (see :mod:`sparkfold.api.metrics`)."""
     check_keys(settings)
     configure_logging()
-    app = create_app(settings, peer_state=peer_state, engine_start=engine_start, engine_load=engine_load)
+    app = create_app(
+        settings,
+        peer_state=peer_state,
+        engine_start=engine_start,
+        engine_load=engine_load,
+        memory_kills=memory_kills,
+    )
     # Everything built so far lives as long as the process: moved out of the collector's way, so a
     # full collection no longer walks tens of thousands of framework objects on a request's path.
     gc.freeze()

@@ -14,7 +14,7 @@ from sparkfold.config import Settings
 if TYPE_CHECKING:
     from sparkfold.api.capabilities import EngineStart
     from sparkfold.api.health import PeerSource
-    from sparkfold.api.metrics import EngineLoad
+    from sparkfold.api.metrics import EngineLoad, MemoryKills
     from sparkfold.api.server import Notify
 
 
@@ -49,6 +49,16 @@ def _engine_load() -> EngineLoad | None:
     return _marked(None)
 
 
+def _memory_kills(settings: Settings) -> MemoryKills | None:
+    """How often the memory guard killed this node's rank, from its record (node/)."""
+    try:
+        guard = importlib.import_module("sparkfold.node.guard")
+    except ImportError:
+        return None
+    path = guard.kills_path(settings)
+    return lambda: len(guard.read_kills(path))
+
+
 def _marked(field: str | None) -> Callable[[], Any] | None:
     """A reader of one field of the serving marker (``None``: all of it; None while no rank is
     marked); None without node/."""
@@ -77,6 +87,7 @@ def command(settings: Settings) -> None:
             peer_state=_peer_source(),
             engine_start=_engine_start(),
             engine_load=_engine_load(),
+            memory_kills=_memory_kills(settings),
         )
     except GatewayRefused as exc:
         raise click.ClickException(str(exc)) from None

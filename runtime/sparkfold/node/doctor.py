@@ -24,9 +24,11 @@ from typing import Any
 
 from sparkfold import __version__
 from sparkfold.config import ConfigError, Settings, engine_fingerprint, is_loopback, load
+from sparkfold.node.budget import budget
 from sparkfold.node.checks import Runner
 from sparkfold.node.fabric import DEFAULT_SYSFS, discover
 from sparkfold.node.firewall import FirewallVerdict
+from sparkfold.node.guard import kill_line, kills_path, read_kills
 from sparkfold.node.packetfilter import Need, needs_for, parse_iptables_save, parse_nft_json
 from sparkfold.node.packetfilter import judge as judge_rules
 from sparkfold.node.ufw import judge
@@ -269,8 +271,19 @@ class Doctor:
                 info[key] = round(int(rest.split()[0]) * 1024 / GIB, 1)
         if "MemAvailable" not in info:
             return Section("memory", False, f"cannot read {self.proc / 'meminfo'}")
-        data = {"total_gib": info.get("MemTotal"), "available_gib": info["MemAvailable"]}
-        return Section("memory", True, f"{data['available_gib']} GiB available of {data['total_gib']}", data)
+        data: dict[str, Any] = {"total_gib": info.get("MemTotal"), "available_gib": info["MemAvailable"]}
+        summary = f"{data['available_gib']} GiB available of {data['total_gib']}"
+        if self.settings is None:
+            return Section("memory", True, summary, data)
+        plan = budget(self.settings, self.proc.parent)
+        kills = read_kills(kills_path(self.settings))
+        data["budget"] = plan.to_dict()
+        data["guard_kills"] = len(kills)
+        summary += f"; budget: {plan.sum_text()}"
+        if kills:
+            data["last_kill"] = kill_line(kills[-1], plan)
+            summary += f"; the memory guard killed the engine {len(kills)} time(s): {data['last_kill']}"
+        return Section("memory", not kills and (plan.fits or bool(plan.unknown)), summary, data)
 
     def gpu(self) -> Section:
         query = "name,driver_version,memory.used,memory.total"

@@ -1,10 +1,11 @@
 """``sparkfold preflight``: can this node run its engine rank?
 
-Checks, in order: the operating system, the CPU architecture, the node's total memory, available
-memory and free disk against thresholds, and (only where ``engine.kind`` needs them) an NVIDIA GPU
-and Docker with the NVIDIA container runtime. Every failure is one
-:class:`~sparkfold.node.checks.Check` whose ``fix`` says what to do. The same function runs from the
-Ansible preflight role and as ``ExecStartPre``.
+Checks, in order: the operating system, the CPU architecture, the node's total memory, the
+engine's memory budget (:mod:`sparkfold.node.budget`: its footprint from its settings against the
+node's usable memory less the reserve), available memory and free disk against thresholds, and
+(only where ``engine.kind`` needs them) an NVIDIA GPU and Docker with the NVIDIA container runtime.
+Every failure is one :class:`~sparkfold.node.checks.Check` whose ``fix`` says what to do. The same
+function runs from the Ansible preflight role and as ``ExecStartPre``.
 
 Thresholds default per engine kind (:data:`DEFAULT_THRESHOLDS`); the production pair needs ~110 GiB
 of available memory per node (weights, KV pool and reserve) and room for the checkpoint.
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparkfold.config import Settings, engine_fingerprint
+from sparkfold.node.budget import Budget, budget
 from sparkfold.node.checks import Check, Report, Runner, run_command
 from sparkfold.node.marker import Serving, serving
 from sparkfold.units import GIB
@@ -126,6 +128,23 @@ def _check_memory_total(root: Path, need: float) -> Check:
         f"{have:.1f} GiB in all (need {need:g})",
         f"this node has {have:.1f} GiB of memory in all; the engine needs {need:g} available",
         "run the engine on a node with more memory (a DGX Spark has 128 GB), or lower engine.context",
+    )
+
+
+def _check_budget(plan: Budget) -> Check:
+    if plan.unknown:
+        return Check(
+            "memory_budget",
+            True,
+            f"{plan.unknown}: summed at the engine's start (ExecStartPre); so far {plan.sum_text()}",
+            skipped=True,
+        )
+    return Check.measured(
+        "memory_budget",
+        plan.fits,
+        f"{plan.sum_text()}; {plan.headroom_gib:.1f} GiB to spare",
+        f"the engine does not fit this node: {plan.sum_text()}, {-plan.headroom_gib:.1f} GiB over",
+        plan.advice(),
     )
 
 
@@ -274,6 +293,9 @@ def preflight(
     report.add(_check_os(root))
     report.add(_check_arch(kind, machine or platform.machine(), testbed_arch))
     report.add(_check_memory_total(root, limits.memory_gib))
+    plan = budget(settings, root)
+    report.facts["budget"] = plan.to_dict()
+    report.add(_check_budget(plan))
     report.add(_check_memory(root, limits.memory_gib, running, engine_fingerprint(settings)))
     report.add(_check_disk(settings, limits.disk_gib, running, run))
     gpus = kind == "exllamav3" or (kind == "tensorfold" and settings.engine.tensorfold.gpus)

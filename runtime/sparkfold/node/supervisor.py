@@ -25,6 +25,7 @@ from sparkfold.config import Settings
 from sparkfold.engines.compile_cache import use_compile_caches
 from sparkfold.engines.models import resolve_model
 from sparkfold.engines.startup import EngineUnavailable, RankError, load_engine
+from sparkfold.node.guard import new_kill_lines
 from sparkfold.node.marker import describe_start, mark_serving, process_age_s, start_phases
 from sparkfold.node.notify import notify, watchdog_interval_s
 from sparkfold.node.peer import HEARTBEAT_PORT_OFFSET, PeerWatch, start_peer_watch
@@ -43,6 +44,12 @@ def _die(message: str) -> None:
     _flush_logs()
     notify(f"STATUS={message}")
     os._exit(1)
+
+
+def report_memory_kills(settings: Settings) -> None:
+    """One line per kill of the memory guard not reported yet (:mod:`sparkfold.node.guard`)."""
+    for line in new_kill_lines(settings):
+        log.critical("%s", line)
 
 
 def _flush_logs() -> None:
@@ -115,6 +122,7 @@ def describe(settings: Settings) -> dict[str, Any]:
 def run_rank(settings: Settings) -> int:
     """Run the engine rank to the end; the process exit code."""
     _configure_logging(settings)
+    report_memory_kills(settings)  # the last run's, where the guard's kill took this process too
     engine = settings.engine
     if engine.kind == "tensorfold":
         from sparkfold.engines.tensorfold.launch import LaunchError

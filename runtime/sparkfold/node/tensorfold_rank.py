@@ -32,13 +32,16 @@ from sparkfold.config import Settings
 from sparkfold.engines.tensorfold.launch import FabricFacts, LaunchError, LaunchPlan, launch_plan
 from sparkfold.engines.tensorfold.process import RankProcess, RankStartError, image_key
 from sparkfold.engines.tensorfold.profile import ProfileError, profile_of, refusal
+from sparkfold.node.budget import budget
 from sparkfold.node.checks import Runner, run_command
 from sparkfold.node.fabric import DEFAULT_SYSFS, discover
+from sparkfold.node.guard import new_kill_lines
 from sparkfold.node.liveness import Liveness, Verdict
 from sparkfold.node.marker import mark_serving
 from sparkfold.node.notify import notify, watchdog_interval_s
 from sparkfold.node.peer import record_peer, start_peer_watch
 from sparkfold.node.roce import fabric_facts
+from sparkfold.units import GIB
 
 __all__ = ["check_image", "fabric_facts_for", "image_report", "plan_for", "run_tensorfold_rank"]
 
@@ -61,9 +64,11 @@ def fabric_facts_for(
 
 
 def plan_for(settings: Settings, *, facts: FabricFacts | None = None) -> LaunchPlan:
-    """The rank's launch plan; fabric facts as given, from ``[fabric]``, or discovered."""
+    """The rank's launch plan; fabric facts as given, from ``[fabric]``, or discovered; the
+    container capped at the memory budget's limit (:mod:`sparkfold.node.budget`)."""
     facts = facts or fabric_facts_for(settings)
-    return launch_plan(settings, facts, image_key=image_key(settings))
+    limit = int(budget(settings).limit_gib * GIB) or None
+    return launch_plan(settings, facts, image_key=image_key(settings), memory_bytes=limit)
 
 
 def image_report(settings: Settings) -> str:
@@ -146,6 +151,8 @@ def run_tensorfold_rank(settings: Settings, die: Callable[[str], Any]) -> int:
         if rank.returncode is not None:
             code = rank.wait()
             log.critical("rank %d exited with code %d: %s", settings.node.rank, code, (rank.tail or [""])[-1])
+            for line in new_kill_lines(settings):
+                log.critical("%s", line)
             return code or 1
         if watch is not None and not watch.alive():
             continue

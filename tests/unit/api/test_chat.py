@@ -220,6 +220,7 @@ def test_unreachable_engine_is_a_503_not_a_500() -> None:
             server.url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}]}
         )
         assert response.status_code == 503
+        assert response.headers["retry-after"] == "5"  # the unit restarts the engine: ask again
         assert "cannot reach the engine" in response.json()["error"]["message"]
         health = httpx.get(server.url + "/health")
         assert health.status_code == 503 and health.json()["engine"]["ok"] is False

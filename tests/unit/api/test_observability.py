@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -10,6 +11,7 @@ from tests.fakes.harness import Running, settings_for
 from tests.fakes.scripted_engine import ScriptedEngine, ServerThread
 
 from sparkfold.api import create_app
+from sparkfold.config import parse
 from sparkfold.protocol import PeerState
 
 
@@ -111,3 +113,19 @@ def test_metrics_carry_the_engine_load_only_while_a_rank_serves() -> None:
     load[0] = Serving("f", 1, 0, load_s=400.0)  # a marker written before phases were recorded
     assert 'sparkfold_engine_load_seconds{phase="ready",start="unknown"} 400.0' in metrics.render("").decode()
     assert b"sparkfold_engine_load_seconds" not in Metrics(Lanes(1, 1)).render("")  # no source (tests)
+
+
+def test_metrics_count_the_memory_guards_kills_from_its_record(tmp_path: Path) -> None:
+    from sparkfold.api.lanes import Lanes
+    from sparkfold.api.metrics import Metrics
+    from sparkfold.commands.api_cmd import _memory_kills
+
+    settings = parse({"engine": {"model": "/m"}, "paths": {"state_dir": str(tmp_path)}})
+    reader = _memory_kills(settings)
+    assert reader is not None
+    metrics = Metrics(Lanes(1, 1), memory_kills=reader)
+    assert b"sparkfold_engine_memory_kills_total 0.0" in metrics.render("")  # no record yet
+    record = tmp_path / "guard/memory-kills"
+    record.parent.mkdir()
+    record.write_text("1765000000 4242 python3\n1765000100 4343 tensorfold serve\n")
+    assert b"sparkfold_engine_memory_kills_total 2.0" in metrics.render("")

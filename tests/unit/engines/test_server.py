@@ -454,7 +454,8 @@ def test_a_short_request_is_not_prepared_behind_a_long_prompt(fake: FakeGenerato
     """A long prompt's rendering and tokenizing (seconds at 1M tokens) holds neither the engine
     thread nor the short requests that arrive meanwhile: they are prepared beside it."""
     import httpx
-    from sparkfold.engines.serving import LONG_BODY_BYTES
+
+    from sparkfold.engines.service import LONG_BODY_BYTES
 
     release, reading = threading.Event(), threading.Event()
     plain = fake.encode

@@ -57,6 +57,13 @@ def test_example_pair_matches_golden(repo: Path, name: str) -> None:
     assert plan.env == {}  # docker: the rank's environment travels as -e arguments only
 
 
+def test_the_container_is_capped_at_the_memory_budget_and_pays_first(repo: Path) -> None:
+    argv = list(launch_plan(example(repo, "head"), FACTS, memory_bytes=112 << 30).argv)
+    assert argv[argv.index("--memory") + 1] == str(112 << 30)
+    assert argv[argv.index("--oom-score-adj") + 1] == "1000"  # the guard's and the kernel's first choice
+    assert "--memory" not in launch_plan(example(repo, "head"), FACTS).argv  # no budget: no cap
+
+
 def test_both_ranks_share_everything_but_rank_and_link(repo: Path) -> None:
     head = launch_plan(example(repo, "head"), FACTS)
     worker = launch_plan(example(repo, "worker"), FACTS)

@@ -27,6 +27,7 @@ def node(tmp_path: Path, host: FakeHost) -> Doctor:
     config.write_text(
         f'[engine]\nkind = "tensorfold"\nmodel = "{model}"\n'
         '[fabric]\naddress = "203.0.113.1"\npeer = "203.0.113.2"\n'
+        f'[paths]\nstate_dir = "{tmp_path / "state"}"\n'
     )
     sysfs, proc = tmp_path / "sys", tmp_path / "proc"
     add_roce_port(sysfs, "enp1s0f1np1", "rocep1s0f1", {3: (GID, "RoCE v2")})
@@ -78,7 +79,9 @@ def test_every_section_is_gathered_from_a_healthy_node(node: Doctor, host: FakeH
     assert found["firewall"]["ok"] is False and found["firewall"]["summary"].endswith(
         "run sudo ufw allow 8888/tcp and sudo ufw allow from 203.0.113.2"
     )
-    assert found["memory"]["data"] == {"total_gib": 119.2, "available_gib": 112.0}
+    memory = found["memory"]["data"]
+    assert (memory["total_gib"], memory["available_gib"], memory["guard_kills"]) == (119.2, 112.0, 0)
+    assert found["memory"]["ok"] is True and "budget: " in found["memory"]["summary"]
     assert found["gpu"]["summary"].startswith("NVIDIA GB10")
     assert found["docker"]["data"]["label"] == "0123456789ab"
     assert found["weights"]["ok"] is True and found["weights"]["data"]["mode"] == "sizes"
@@ -215,3 +218,16 @@ def test_iptables_save_decides_where_nft_lists_no_filter_or_cannot_read_it(
         "no ufw; iptables (INPUT policy drop) blocks the gateway port 8888/tcp:"
         " run sudo iptables -I INPUT -p tcp --dport 8888 -j ACCEPT"
     )
+
+
+def test_a_kill_by_the_memory_guard_is_shown_with_what_to_change(node: Doctor, tmp_path: Path) -> None:
+    record = tmp_path / "state/guard/memory-kills"
+    record.parent.mkdir(parents=True)
+    record.write_text("1765000000 4242 python3\n")
+    memory = sections(node)["memory"]
+    assert memory["ok"] is False and memory["data"]["guard_kills"] == 1
+    assert (
+        "the memory guard killed the engine 1 time(s): the memory guard killed the engine rank (pid 4242"
+        in (memory["summary"])
+    )
+    assert "win back" in memory["data"]["last_kill"]

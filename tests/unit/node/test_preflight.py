@@ -147,8 +147,10 @@ def serving_spark(tmp_path: Path, host: FakeHost, weights_gib: float) -> tuple[P
 
 
 def tensorfold_settings(tmp_path: Path, model: Path, **engine: object) -> Settings:
+    """A Spark pair's rank: the weights split over two ranks, FP8 KV (inside the memory budget)."""
     return settings(
-        engine={"kind": "tensorfold", "model": str(model), **engine},
+        engine={"kind": "tensorfold", "model": str(model), "tp": 2, "tensorfold": {"kv": "fp8"}, **engine},
+        fabric={"address": "198.51.100.1", "peer": "198.51.100.2"},
         paths={"state_dir": str(tmp_path / "state")},
     )
 

@@ -372,8 +372,18 @@ def _writable_mounts(settings: Settings) -> list[tuple[Path, Path]]:
     return mounts
 
 
-def docker_argv(settings: Settings, facts: FabricFacts | None, *, image_key: str | None = None) -> list[str]:
+def docker_argv(
+    settings: Settings,
+    facts: FabricFacts | None,
+    *,
+    image_key: str | None = None,
+    memory_bytes: int | None = None,
+) -> list[str]:
     """``docker run …`` for this rank: host network and IPC, GPUs, RDMA devices, locked memory.
+
+    The rank is the one this node gives up under memory pressure: ``--oom-score-adj 1000`` makes it
+    the first choice of the memory guard and of the kernel; ``memory_bytes`` (the node's memory
+    budget, usable memory less the reserve) caps what its host side may hold (``--memory``).
 
     GPUs and the RDMA devices with locked memory are what a real pair needs
     (``engine.tensorfold.gpus`` / ``rdma``, both on by default); the testbed's stand-in turns them off.
@@ -391,7 +401,8 @@ def docker_argv(settings: Settings, facts: FabricFacts | None, *, image_key: str
     argv += ["--ulimit", "memlock=-1"] if tf.rdma else []
     argv += ["--ulimit", f"stack={STACK_BYTES}"]
     argv += ["--cap-add", "IPC_LOCK"] if tf.rdma else []
-    argv += ["--shm-size", tf.shm_size]
+    argv += ["--shm-size", tf.shm_size, "--oom-score-adj", "1000"]
+    argv += ["--memory", str(memory_bytes)] if memory_bytes else []
     if tf.display_kv_mib and tf.display_kv_backend == "drm":
         argv += ["--device", DRM_CARD]
     for host, inside in _read_only_mounts(settings):
@@ -433,12 +444,18 @@ def _health_url(settings: Settings) -> str | None:
     return f"{settings.engine_url}/health"
 
 
-def launch_plan(settings: Settings, facts: FabricFacts | None, *, image_key: str | None = None) -> LaunchPlan:
-    """Everything needed to run, watch and stop this node's rank."""
+def launch_plan(
+    settings: Settings,
+    facts: FabricFacts | None,
+    *,
+    image_key: str | None = None,
+    memory_bytes: int | None = None,
+) -> LaunchPlan:
+    """Everything needed to run, watch and stop this node's rank (``memory_bytes``: :func:`docker_argv`)."""
     tf = settings.engine.tensorfold
     cache = kernel_cache_dir(settings, image_key)
     if tf.launcher == "docker":
-        argv = docker_argv(settings, facts, image_key=image_key)
+        argv = docker_argv(settings, facts, image_key=image_key, memory_bytes=memory_bytes)
         rank_env = rank_environment(settings, facts, CONTAINER_CACHE)
         env: dict[str, str] = {}
         container: str | None = tf.container_name
