@@ -1,6 +1,7 @@
 """Which lock a venv was installed from: ``<venv>/sparkfold-lock``, one line ``<file> sha256:<hex>``.
 
-Written at install time (``make venv``; the runtime role on a node), read by ``sparkfold doctor``:
+Written at install time (``make venv``; the runtime role on a node writes the same line, in
+roles/sparkfold_runtime/tasks/install.yml), read by ``sparkfold doctor``:
 
     python -m sparkfold.lockfile record requirements/cpu-py311-x86_64.txt /opt/sparkfold/venv
 """
