@@ -77,9 +77,10 @@ unit: venv
 # stand-in) and one rank per node under Docker (inventory/testbed-tensorfold.yml). Either re-converges
 # the same pair.
 ENGINE ?= transformers
-# First, before the venv (minutes on a fresh host): the host's tools, or the apt-get line for them.
+# First, before the venv (minutes on a fresh host): the host's tools, installed with apt as root
+# (it prints the apt-get line first), or the line to run.
 testbed-tools:
-	@roles/sparkfold_testbed/files/need-tools.sh >&2
+	@roles/sparkfold_testbed/files/need-tools.sh --install >&2
 demo: testbed-tools venv
 	@case "$(ENGINE)" in transformers|tensorfold) ;; *) echo "ENGINE=$(ENGINE): use ENGINE=transformers (the default) or ENGINE=tensorfold" >&2; exit 2;; esac
 	$(VENV)/bin/ansible-playbook playbooks/testbed.yml
