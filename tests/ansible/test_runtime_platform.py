@@ -127,6 +127,7 @@ def build_wheelhouse(
     engine: str,
     tasks_file: str = "wheelhouse.yml",
     build_requires: tuple[str, ...] = ("setuptools>=69",),
+    extra: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run ``tasks_file`` of the runtime role (tests/ansible/wheelhouse.yml) for the fake sparkfold
     project; ``node_python`` per host (``{"h1": ..., "h2": ...}`` makes ``h2`` the worker)."""
@@ -148,6 +149,7 @@ def build_wheelhouse(
         sparkfold_runtime_nodeps_packages=["fakemodel"],
         sparkfold_runtime_pip_options=["--no-index", "--find-links", str(index)],
         sparkfold_install_dir=str(tmp_path / "install"),
+        **(extra or {}),
     )
     inventory = yaml.safe_load(hosts.read_text())
     groups = inventory["sparkfold_nodes"]["children"]
@@ -327,6 +329,23 @@ def test_a_file_that_does_not_match_the_locks_hash_stops_the_fill(
     assert "pip could not fill the wheelhouse" in said and "DO NOT MATCH THE HASHES" in said
     [files] = wheelhouses(tmp_path).values()
     assert ".complete" not in files
+
+
+def test_an_inventory_that_still_pins_torch_stops_naming_the_setting(
+    repo: Path, tmp_path: Path, index: Path
+) -> None:
+    result = build_wheelhouse(
+        repo,
+        tmp_path,
+        index,
+        sys.executable,
+        "transformers",
+        extra={"sparkfold_runtime_torch_requirement": "torch==2.4"},
+    )
+    assert result.returncode != 0, result.stdout
+    said = " ".join(result.stdout.split())
+    assert "sparkfold_runtime_torch_requirement is gone: the lock pins torch for each platform" in said
+    assert not (tmp_path / "control" / "wheelhouse").exists()
 
 
 def test_nodes_of_a_python_the_lock_lacks_stop_naming_the_file(
