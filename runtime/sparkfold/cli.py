@@ -13,7 +13,7 @@ import pkgutil
 
 import click
 
-from sparkfold import __version__, commands
+from sparkfold import commands, version_line
 
 __all__ = ["main"]
 
@@ -41,6 +41,6 @@ class _CommandsGroup(click.Group):
 
 
 @click.group(cls=_CommandsGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="sparkfold")
+@click.version_option(version_line(), prog_name="sparkfold", message="%(prog)s %(version)s")
 def main() -> None:
     """Serve GLM-5.3-Flash from a pair of nodes: engine ranks, the API gateway, node checks."""

@@ -117,7 +117,7 @@ _NOT_IN_THE_EXAMPLE = {
     "sparkfold_runtime_wheelhouse_dir",
     "sparkfold_preflight_ansible_min",
     "sparkfold_preflight_ansible_max",
-    "sparkfold_runtime_torch_requirement",
+    "sparkfold_runtime_lock_dir",
 }
 
 

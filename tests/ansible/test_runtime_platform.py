@@ -1,13 +1,15 @@
 """The runtime role's wheelhouse for nodes of another platform than the control host's.
 
 Offline: a ``--find-links`` folder of tiny fake wheels (fakes/fake_wheels.py) stands in for the index,
-a small project named ``sparkfold`` for this checkout, and a "node" is an interpreter that answers the
-role's platform probe for, say, an aarch64 glibc 2.39 CPython 3.12 (the real probe's tag derivation,
-checked against ``packaging`` below). tests/ansible/wheelhouse.yml runs only the wheelhouse tasks.
+a small project named ``sparkfold`` for this checkout, a folder of lock files pinning and hashing them
+for requirements/, and a "node" is an interpreter that answers the role's platform probe for, say, an
+aarch64 glibc 2.39 CPython 3.12 (the real probe's tag derivation, checked against ``packaging`` below).
+tests/ansible/wheelhouse.yml runs only the wheelhouse tasks.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -78,6 +80,31 @@ def index(tmp_path: Path) -> Path:
     return folder
 
 
+# What the lock pins per set (requirements/lock.py's sets): fakecore 1.0 though the index has newer.
+LOCKED = ["fakecore==1.0", "fakeabi==1.0", "fakepure==1.0"]
+LOCK_SETS = {"node": LOCKED, "cpu": [*LOCKED, "faketorch==1.0"], "exllamav3": [*LOCKED, "fakesdist==1.0"]}
+
+
+def write_locks(folder: Path, index: Path) -> Path:
+    """Lock files as `make lock` writes them, for every set on this CPU and the foreign one, CPython
+    3.12 and this host's: each pin with the sha256 of every file of that release in ``index``."""
+    folder.mkdir()
+    pythons = {"312", HERE[2:]}
+    for group, pins in LOCK_SETS.items():
+        lines = []
+        for pin in pins:
+            name, version = pin.split("==")
+            files = sorted(index.glob(f"{name}-{version}-*.whl")) + sorted(
+                index.glob(f"{name}-{version}.tar.gz")
+            )
+            hashes = [f"--hash=sha256:{hashlib.sha256(f.read_bytes()).hexdigest()}" for f in files]
+            lines.append(" \\\n    ".join([pin, *hashes]))
+        for python in pythons:
+            for arch in (ARCH, FOREIGN):
+                (folder / f"{group}-py{python}-{arch}.txt").write_text("\n".join(lines) + "\n")
+    return folder
+
+
 def fake_node(folder: Path, arch: str, abi: str, glibc: str, repo: Path) -> Path:
     """An interpreter that answers the platform probe as a node of ``arch``, CPython ``abi``, glibc."""
     answer = {
@@ -100,9 +127,11 @@ def build_wheelhouse(
     engine: str,
     tasks_file: str = "wheelhouse.yml",
     build_requires: tuple[str, ...] = ("setuptools>=69",),
+    extra: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run ``tasks_file`` of the runtime role (tests/ansible/wheelhouse.yml) for the fake sparkfold
     project; ``node_python`` per host (``{"h1": ..., "h2": ...}`` makes ``h2`` the worker)."""
+    locks = tmp_path / "locks"
     source = write_project(
         tmp_path / "src",
         "sparkfold",
@@ -115,10 +144,12 @@ def build_wheelhouse(
         tmp_path,
         sparkfold_engine=engine,
         sparkfold_runtime_source_dir=str(source),
-        sparkfold_runtime_torch_requirement="faketorch==1.0",
+        # written once per test: a later call (and a test that changes the index after) keeps them
+        sparkfold_runtime_lock_dir=str(locks if locks.exists() else write_locks(locks, index)),
         sparkfold_runtime_nodeps_packages=["fakemodel"],
         sparkfold_runtime_pip_options=["--no-index", "--find-links", str(index)],
         sparkfold_install_dir=str(tmp_path / "install"),
+        **(extra or {}),
     )
     inventory = yaml.safe_load(hosts.read_text())
     groups = inventory["sparkfold_nodes"]["children"]
@@ -189,7 +220,7 @@ def test_nodes_of_another_platform_get_binary_wheels_for_theirs(
 def test_a_wheelhouse_fetched_for_the_nodes_installs_there_offline(
     repo: Path, tmp_path: Path, index: Path
 ) -> None:
-    # This host as a node whose glibc is older than the control host's: the control host's `pip wheel`
+    # This host as a node whose glibc is older than the control host's: the control host's own pip
     # might pick wheels it cannot take, so its wheels are fetched for its tags, and they install here.
     answer = {
         "platform": f"linux-{ARCH}",
@@ -214,11 +245,14 @@ def test_a_wheelhouse_fetched_for_the_nodes_installs_there_offline(
     venv = tmp_path / "install/venv/bin/python"
     listed = subprocess.run([str(venv), "-m", "pip", "list", "--format=json"], capture_output=True, text=True)
     installed = {p["name"]: p["version"] for p in json.loads(listed.stdout)}
-    # fakecore 1.5 needs glibc 2.18: the control host's own `pip wheel` would have shipped it.
+    # the lock's fakecore 1.0 (1.5 needs glibc 2.18: the control host's own pip would pick it unlocked)
     assert (
         installed.items()
         >= {"sparkfold": "0.1", "fakecore": "1.0", "fakeabi": "1.0", "fakepure": "1.0"}.items()
     )
+    lock = tmp_path / "locks" / f"node-py{HERE[2:]}-{ARCH}.txt"
+    recorded = (tmp_path / "install/venv/sparkfold-lock").read_text()
+    assert recorded == f"{lock.name} sha256:{hashlib.sha256(lock.read_bytes()).hexdigest()}\n"
     shipped = {p.name for p in (tmp_path / "install/wheelhouse/deps").iterdir()}
     assert f"fakecore-1.0-{HERE}-{HERE}-manylinux_2_17_{ARCH}.whl" in shipped and ".complete" not in shipped
 
@@ -236,8 +270,10 @@ def test_a_wheelhouse_fetched_for_the_nodes_installs_there_offline(
         result = install()
         assert result.returncode != 0, result.stdout
         said = " ".join(result.stdout.split())
-        assert "the wheelhouse has no fakepure, which pip on h1 needs for sparkfold." in said
-        assert "run ansible-playbook from the head" in said
+        assert (
+            f"the wheelhouse has no fakepure, which node-py{HERE[2:]}-{ARCH}.txt lists and pip on h1" in said
+        )
+        assert "the cached wheelhouse is incomplete. Delete" in said
     missing.write_bytes(kept)  # the wheelhouse repaired: the next run installs
     result = install()
     assert result.returncode == 0 and _ran_install(result) is True, result.stdout
@@ -247,7 +283,7 @@ def _ran_install(result: subprocess.CompletedProcess[str]) -> bool | None:
     """Whether the play ran the offline install task (None: the task is not in its output)."""
     tasks = result.stdout.split("TASK [")
     for task in tasks:
-        if task.startswith("sparkfold_runtime : Install the package offline"):
+        if task.startswith("sparkfold_runtime : Install the lock's packages offline"):
             return "skipping:" not in task
     return None
 
@@ -269,16 +305,62 @@ def test_a_dependency_without_a_wheel_for_the_nodes_stops_in_words(
     assert ".complete" not in files  # not taken for a finished wheelhouse next time
 
 
-def test_nodes_of_the_control_hosts_platform_get_its_pip_wheel(
+def test_nodes_of_the_control_hosts_platform_get_the_locked_files(
     repo: Path, tmp_path: Path, index: Path
 ) -> None:
     result = build_wheelhouse(repo, tmp_path, index, sys.executable, engine="exllamav3")
     assert result.returncode == 0, result.stdout + result.stderr
     [(name, files)] = wheelhouses(tmp_path).items()
     assert name.startswith(f"linux-{ARCH}-{HERE}-")
-    assert "fakesdist-1.0-py3-none-any.whl" in files  # built from the sdist: only `pip wheel` does that
-    assert f"fakecore-1.5-{HERE}-{HERE}-manylinux_2_18_{ARCH}.whl" in files  # the newest it takes
+    assert "fakesdist-1.0.tar.gz" in files  # as the lock hashed it (the node builds it)
+    assert f"fakecore-1.0-{HERE}-{HERE}-manylinux_2_17_{ARCH}.whl" in files  # the lock's, not the newest
+    assert not any(f.startswith("fakecore-1.5") for f in files)
     assert ".complete" in files and not any(FOREIGN in f for f in files)
+
+
+def test_a_file_that_does_not_match_the_locks_hash_stops_the_fill(
+    repo: Path, tmp_path: Path, index: Path
+) -> None:
+    write_locks(tmp_path / "locks", index)  # hashed before the index's fakepure is replaced
+    add_wheel(index, "fakepure", "1.0", "py3-none-any", ["fakeabi"])  # another file under the same name
+    result = build_wheelhouse(repo, tmp_path, index, sys.executable, engine="tensorfold")
+    assert result.returncode != 0, result.stdout
+    said = " ".join(result.stdout.split())
+    assert "pip could not fill the wheelhouse" in said and "DO NOT MATCH THE HASHES" in said
+    [files] = wheelhouses(tmp_path).values()
+    assert ".complete" not in files
+
+
+def test_an_inventory_that_still_pins_torch_stops_naming_the_setting(
+    repo: Path, tmp_path: Path, index: Path
+) -> None:
+    result = build_wheelhouse(
+        repo,
+        tmp_path,
+        index,
+        sys.executable,
+        "transformers",
+        extra={"sparkfold_runtime_torch_requirement": "torch==2.4"},
+    )
+    assert result.returncode != 0, result.stdout
+    said = " ".join(result.stdout.split())
+    assert "sparkfold_runtime_torch_requirement is gone: the lock pins torch for each platform" in said
+    assert not (tmp_path / "control" / "wheelhouse").exists()
+
+
+def test_nodes_of_a_python_the_lock_lacks_stop_naming_the_file(
+    repo: Path, tmp_path: Path, index: Path
+) -> None:
+    node = fake_node(tmp_path, FOREIGN, "cp313", "2.39", repo)
+    result = build_wheelhouse(repo, tmp_path, index, str(node), engine="transformers")
+    assert result.returncode != 0, result.stdout
+    said = " ".join(result.stdout.split())
+    assert (
+        f"the lock has no {tmp_path}/locks/cpu-py313-{FOREIGN}.txt for the nodes (linux-{FOREIGN} cp313"
+        in said
+    )
+    assert "add theirs to requirements/lock.py and run `make lock`" in said
+    assert not (tmp_path / "control" / "wheelhouse").exists()  # stopped before building anything
 
 
 def test_a_control_host_python_without_the_build_requirements_stops_naming_them(

@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from sparkfold import __version__
+from sparkfold import __commit_id__, __version__
 from sparkfold.api.errors import ApiError
 from sparkfold.api.lanes import Lanes
 from sparkfold.api.metrics import Metrics
@@ -123,7 +123,7 @@ class HealthServing:
         peer_ok = peer is None or peer.state != "lost"
         return GatewayHealth(
             ok=engine_ok and peer_ok,
-            gateway={"ok": True, "version": __version__},
+            gateway={"ok": True, "version": __version__, "commit": __commit_id__},
             engine=engine_report,
             peer=peer,
             lanes=_lanes(state.total, state.busy, known, self.engine_lanes),

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sparkfold import __version__
+from sparkfold import __commit_id__, __version__, lockfile
 from sparkfold.config import ConfigError, Settings, engine_fingerprint, is_loopback, load
 from sparkfold.node.budget import budget
 from sparkfold.node.checks import Runner
@@ -107,6 +107,7 @@ class Doctor:
     proc: Path = Path("/proc")
     run: Runner = field(default_factory=bounded_runner)
     settings: Settings | None = None
+    venv: Path | None = None  # the venv whose lock record to read (None: the running one)
 
     def gather(self) -> list[Section]:
         """Every section, in report order; a probe that raises becomes a failed section."""
@@ -136,8 +137,18 @@ class Doctor:
     # --- probes -------------------------------------------------------------------------------
 
     def version(self) -> Section:
-        data = {"sparkfold": __version__, "python": platform.python_version(), "host": socket.gethostname()}
-        return Section("version", None, f"sparkfold {__version__} on {data['host']}", data)
+        lock = lockfile.installed(self.venv)
+        data = {
+            "sparkfold": __version__,
+            "commit": __commit_id__,
+            "lock": lock.line() if lock else None,
+            "python": platform.python_version(),
+            "host": socket.gethostname(),
+        }
+        # The lock's digest: two nodes (or a node and CI) with the same one run the same packages.
+        installed_from = f"lock {lock.name} sha256:{lock.sha256[:16]}" if lock else "no lock recorded"
+        summary = f"sparkfold {__version__} (commit {__commit_id__ or 'unknown'}) on {data['host']}"
+        return Section("version", None, f"{summary}, {installed_from}", data)
 
     def config_section(self) -> Section:
         if self.config is None:

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from tests.fakes.harness import Running
 from tests.fakes.scripted_engine import ScriptedEngine
 
+import sparkfold
 from sparkfold.cli import main
 
 CHAT = {"model": "fake", "messages": [{"role": "user", "content": "x"}]}
@@ -43,6 +44,12 @@ def test_health_without_a_key_says_only_ok_and_is_cached(keyed: Running, fake: S
     assert fake.health_calls - before <= 2  # one engine call per cache period, not one per hit
     full = keyed.http.get("/health", headers={"Authorization": "Bearer the-key"}).json()
     assert full["engine"]["backend"] == "scripted" and full["lanes"]["total"] == 4
+    # the release and commit, as `sparkfold --version` names them, only with the key
+    assert full["gateway"] == {
+        "ok": True,
+        "version": sparkfold.__version__,
+        "commit": sparkfold.__commit_id__,
+    }
 
 
 def test_docs_load_no_script_and_the_openapi_document_matches_the_server(keyed: Running) -> None:
