@@ -13,7 +13,15 @@ import uuid
 from collections.abc import Iterable
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    WithJsonSchema,
+)
 
 __all__ = [
     "IGNORED_SHOWN",
@@ -63,7 +71,9 @@ __all__ = [
     "ignored_fields",
     "ignored_summary",
     "new_id",
+    "object_schema",
     "read_reply",
+    "tool_choice_schema",
 ]
 
 FinishReason = Literal["stop", "length", "tool_calls", "content_filter", "error", "abort"]
@@ -83,7 +93,17 @@ MAX_N = 16  # choices per prompt (``n``)
 MAX_PROMPTS = 64  # prompts in one /v1/completions request
 MAX_TOP_LOGPROBS = 20
 
-Seed = Annotated[int, Field(ge=SEED_MIN, le=SEED_MAX, description="64-bit signed integer")]
+
+def _integral(value: Any) -> Any:
+    """A number without a fraction written as one (``1.0``): JSON Schema's integer, and what
+    generated clients send; the strict integer fields take it as the integer it is."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+Integer = Annotated[int, BeforeValidator(_integral)]
+"""An integer field of a request: an integer, or a number with no fraction (``1.0``), never
+``true`` or ``"1"``."""
+Seed = Annotated[Integer, Field(ge=SEED_MIN, le=SEED_MAX, description="64-bit signed integer")]
 Stop = str | Annotated[list[str], Field(max_length=MAX_STOP)]
 Tools = Annotated[list[dict[str, Any]], Field(max_length=MAX_TOOLS)]
 
@@ -103,8 +123,28 @@ def _function_tool(tool: dict[str, Any]) -> dict[str, Any]:
     return tool
 
 
+def object_schema(required: list[str], **properties: Any) -> dict[str, Any]:
+    """A JSON Schema object with ``required`` keys and ``properties`` (the OpenAPI document's
+    shapes of the request fields validated by hand)."""
+    return {"type": "object", "required": required, "properties": properties}
+
+
+def tool_choice_schema(named: dict[str, Any]) -> dict[str, Any]:
+    """A ``tool_choice`` schema: one of OpenAI's modes, or ``named`` (the object naming a tool)."""
+    return {"anyOf": [{"enum": ["none", "auto", "required"]}, named]}
+
+
+_NAME = {"type": "string", "minLength": 1}
+FUNCTION_TOOL_SCHEMA = object_schema(
+    ["function"],
+    type={"const": "function"},
+    function=object_schema(
+        ["name"], name=_NAME, description={"type": "string"}, parameters={"type": "object"}
+    ),
+)
 FunctionTools = Annotated[
-    list[Annotated[dict[str, Any], AfterValidator(_function_tool)]], Field(max_length=MAX_TOOLS)
+    list[Annotated[dict[str, Any], AfterValidator(_function_tool), WithJsonSchema(FUNCTION_TOOL_SCHEMA)]],
+    Field(max_length=MAX_TOOLS),
 ]
 """The ``tools`` of a chat request (and of ``/tokenize``): named functions."""
 ModelName = Annotated[str, Field(min_length=1)]
@@ -125,7 +165,17 @@ def _tool_choice(value: str | dict[str, Any]) -> str | dict[str, Any]:
     return value
 
 
-ToolChoice = Annotated[str | dict[str, Any], AfterValidator(_tool_choice)]
+ToolChoice = Annotated[
+    str | dict[str, Any],
+    AfterValidator(_tool_choice),
+    WithJsonSchema(
+        tool_choice_schema(
+            object_schema(
+                ["type", "function"], type={"const": "function"}, function=object_schema(["name"], name=_NAME)
+            )
+        )
+    ),
+]
 
 
 class _Request(BaseModel):
@@ -216,10 +266,10 @@ class ChatCompletionRequest(_Request):
     model: ModelName | None = None
     frequency_penalty: float | None = None
     logprobs: bool | None = None
-    top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
-    max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
-    n: int | None = Field(None, ge=1, le=MAX_N)
+    top_logprobs: Integer | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
+    max_tokens: Integer | None = Field(None, ge=1)
+    max_completion_tokens: Integer | None = Field(None, ge=1)
+    n: Integer | None = Field(None, ge=1, le=MAX_N)
     presence_penalty: float | None = None
     reasoning_effort: str | None = None
     response_format: dict[str, Any] | None = None
@@ -235,15 +285,19 @@ class ChatCompletionRequest(_Request):
     user: str | None = None
 
     # --- extensions (TensorFold / vLLM) -----------------------------------------------------
-    top_k: int | None = Field(None, description="sample from the k likeliest tokens; <= 0 is off")
+    top_k: Integer | None = Field(None, description="sample from the k likeliest tokens; <= 0 is off")
     min_p: float | None = Field(None, ge=0, le=1, description="drop tokens below min_p x the top probability")
     ignore_eos: bool = Field(False, description="keep generating past end-of-sequence")
     chat_template_kwargs: dict[str, Any] | None = Field(
         None, description="passed to the chat template (enable_thinking, thinking, clear_thinking)"
     )
-    thinking_budget: int | None = Field(None, ge=0, description="most reasoning tokens before </think>")
+    thinking_budget: Integer | None = Field(None, ge=0, description="most reasoning tokens before </think>")
     draft: bool = Field(True, description="false = serial reference decoding (exactness tests)")
-    priority: str | None = Field(None, description='"background" runs after other requests')
+    priority: str | None = Field(
+        None,
+        description='"background" runs after other requests',
+        json_schema_extra={"anyOf": [{"enum": ["normal", "background"]}, {"type": "null"}]},
+    )
     guided_json: dict[str, Any] | str | None = Field(None, description="constrain output to a JSON schema")
     guided_regex: str | None = Field(None, description="constrain output to a regular expression")
     guided_choice: list[str] | None = Field(
@@ -268,25 +322,25 @@ class CompletionRequest(_Request):
 
     prompt: (
         str
-        | Annotated[list[int], Field(min_length=1)]
+        | Annotated[list[Integer], Field(min_length=1)]
         | Annotated[list[str], Field(min_length=1, max_length=MAX_PROMPTS)]
         | Annotated[
-            list[Annotated[list[int], Field(min_length=1)]], Field(min_length=1, max_length=MAX_PROMPTS)
+            list[Annotated[list[Integer], Field(min_length=1)]], Field(min_length=1, max_length=MAX_PROMPTS)
         ]
     ) = Field(description="a text, token ids, or a list of either (one choice each)")
     model: ModelName | None = None
-    max_tokens: int | None = Field(None, ge=1)
-    n: int | None = Field(None, ge=1, le=MAX_N)
+    max_tokens: Integer | None = Field(None, ge=1)
+    n: Integer | None = Field(None, ge=1, le=MAX_N)
     seed: Seed | None = None
     stop: Stop | None = None
     stream: bool = False
     stream_options: dict[str, Any] | None = None
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
-    logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
+    logprobs: Integer | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
     echo: bool = False
     # extensions
-    top_k: int | None = None
+    top_k: Integer | None = None
     min_p: float | None = Field(None, ge=0, le=1)
     ignore_eos: bool = False
     add_special_tokens: bool = Field(False, description="let the tokenizer add BOS and friends")
@@ -452,6 +506,15 @@ class Completion(_Reply):
 class TokenizeRequest(_Request):
     """``POST /tokenize``: a raw ``prompt``, or chat ``messages`` rendered by the chat template."""
 
+    model_config = ConfigDict(
+        json_schema_extra={  # exactly one of them (the gateway's check, said in its OpenAPI document)
+            "oneOf": [
+                {"required": ["prompt"], "properties": {"prompt": {"type": "string"}}},
+                {"required": ["messages"], "properties": {"messages": {"type": "array"}}},
+            ]
+        }
+    )
+
     model: ModelName | None = None
     prompt: str | None = None
     messages: list[ChatMessage] | None = Field(None, min_length=1, max_length=MAX_MESSAGES)
@@ -474,7 +537,7 @@ class TokenizeResponse(_Wire):
 
 class DetokenizeRequest(_Request):
     model: ModelName | None = None
-    tokens: list[int]
+    tokens: list[Annotated[Integer, Field(ge=0)]]
 
 
 class DetokenizeResponse(_Wire):

@@ -6,6 +6,11 @@ the two ways to send an API key (``Authorization: Bearer`` and ``x-api-key``) as
 schemes, required everywhere but the open paths. FastAPI's ``/docs`` loads Swagger UI from a CDN,
 which an offline pair cannot reach and a careful operator does not want: :func:`docs_page` is a
 plain HTML list of the operations made from the same document, with no script.
+
+The document says what validation accepts: a request valid by it is not refused for its shape
+(the slow fuzz test in ``tests/unit/api/test_fuzz.py`` sends such requests). The wire models carry
+most of it; :func:`_rewrite` adds what pydantic does not write: integer bounds by JSON Schema's
+names and as integers, and the reasoning efforts.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from starlette.responses import HTMLResponse
 
+from sparkfold.api.reasoning import EFFORTS
+
 __all__ = ["SECURITY_SCHEMES", "docs_page", "install"]
 
 SECURITY_SCHEMES: dict[str, dict[str, str]] = {
@@ -25,6 +32,28 @@ SECURITY_SCHEMES: dict[str, dict[str, str]] = {
     "apiKey": {"type": "apiKey", "in": "header", "name": "x-api-key", "description": "x-api-key: KEY"},
 }
 _METHODS = ("get", "post", "put", "patch", "delete")
+_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+# pydantic writes a bound it applies after a function validator (protocol.Integer) by its own name
+_PYDANTIC_BOUNDS = {"ge": "minimum", "le": "maximum", "gt": "exclusiveMinimum", "lt": "exclusiveMaximum"}
+_EFFORT_FIELDS = (("ChatCompletionRequest", "reasoning_effort"), ("TokenizeRequest", "reasoning_effort"))
+
+
+def _integer_bounds(node: Any) -> None:
+    """Integer schemas' bounds as JSON Schema names them, integral ones as integers, everywhere
+    under ``node``."""
+    if isinstance(node, dict):
+        if node.get("type") == "integer":
+            for ours, theirs in _PYDANTIC_BOUNDS.items():
+                if ours in node:
+                    node[theirs] = node.pop(ours)
+            for key in _BOUNDS:
+                if isinstance(node.get(key), float) and node[key].is_integer():
+                    node[key] = int(node[key])
+        for value in node.values():
+            _integer_bounds(value)
+    elif isinstance(node, list):
+        for value in node:
+            _integer_bounds(value)
 
 
 def _rewrite(document: dict[str, Any], open_paths: frozenset[str]) -> dict[str, Any]:
@@ -45,6 +74,10 @@ def _rewrite(document: dict[str, Any], open_paths: frozenset[str]) -> dict[str, 
     schemas = document.get("components", {}).get("schemas", {})
     for unused in ("HTTPValidationError", "ValidationError"):
         schemas.pop(unused, None)
+    _integer_bounds(schemas)
+    for model, field in _EFFORT_FIELDS:
+        if field in schemas.get(model, {}).get("properties", {}):
+            schemas[model]["properties"][field] = {"anyOf": [{"enum": list(EFFORTS)}, {"type": "null"}]}
     document.setdefault("components", {})["securitySchemes"] = SECURITY_SCHEMES
     document["security"] = [{name: []} for name in SECURITY_SCHEMES]
     return document

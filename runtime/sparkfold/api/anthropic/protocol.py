@@ -7,11 +7,21 @@ is an explicit 400 rather than a validation maze.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
-from sparkfold.protocol import MAX_MESSAGES, MAX_STOP, Content, ModelName, Tools
+from sparkfold.protocol import (
+    MAX_CONTENT_PARTS,
+    MAX_MESSAGES,
+    MAX_STOP,
+    MAX_TOOLS,
+    Content,
+    Integer,
+    ModelName,
+    Tools,
+    object_schema,
+)
 
 __all__ = ["CountTokensRequest", "CountTokensResponse", "Message", "MessagesRequest", "MessagesResponse"]
 
@@ -21,6 +31,76 @@ class _Request(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
 
 
+# What the translator takes (translate.py), said in the OpenAPI document; validation stays the
+# translator's, which names the offending block.
+_STRING = {"type": "string"}
+_TEXT = object_schema(["type", "text"], type={"const": "text"}, text=_STRING)
+_IMAGE = object_schema(
+    ["type", "source"],
+    type={"const": "image"},
+    source={
+        "anyOf": [
+            object_schema(
+                ["type", "media_type", "data"], type={"const": "base64"}, media_type=_STRING, data=_STRING
+            ),
+            object_schema(["type", "url"], type={"const": "url"}, url=_STRING),
+        ]
+    },
+)
+_TOOL_RESULT = object_schema(
+    ["type", "tool_use_id"],
+    type={"const": "tool_result"},
+    tool_use_id=_STRING,
+    content={"anyOf": [_STRING, {"type": "array", "items": {"anyOf": [_TEXT, _IMAGE]}}]},
+    is_error={"type": "boolean"},
+)
+_TOOL_USE = object_schema(
+    ["type", "id", "name", "input"],
+    type={"const": "tool_use"},
+    id=_STRING,
+    name=_STRING,
+    input={"type": "object"},
+)
+_THINKING = object_schema(
+    ["type", "thinking"], type={"const": "thinking"}, thinking=_STRING, signature=_STRING
+)
+_REDACTED = object_schema(["type"], type={"const": "redacted_thinking"}, data=_STRING)
+
+
+def _blocks(*kinds: dict[str, Any]) -> dict[str, Any]:
+    items = {"anyOf": list(kinds)}
+    return {
+        "anyOf": [_STRING, {"type": "array", "minItems": 1, "maxItems": MAX_CONTENT_PARTS, "items": items}]
+    }
+
+
+MESSAGE_SCHEMA = {
+    "anyOf": [
+        object_schema(
+            ["role", "content"], role={"const": "user"}, content=_blocks(_TEXT, _IMAGE, _TOOL_RESULT)
+        ),
+        object_schema(
+            ["role", "content"],
+            role={"const": "assistant"},
+            content=_blocks(_TEXT, _THINKING, _REDACTED, _TOOL_USE),
+        ),
+        object_schema(["role", "content"], role={"const": "system"}, content=_blocks(_TEXT)),
+    ]
+}
+SYSTEM_SCHEMA = _blocks(_TEXT)
+TOOL_SCHEMA = {
+    "anyOf": [
+        object_schema(
+            ["name", "input_schema"],
+            type={"const": "custom"},
+            name={"type": "string", "minLength": 1},
+            input_schema={"type": "object"},
+        ),
+        object_schema(["type"], type={"type": "string", "pattern": "^[a-z][a-z0-9_]*_[0-9]{8}$"}),
+    ]
+}
+
+
 class Message(_Request):
     # "system": a system turn in place, as Claude Code sends its environment block (anthropic
     # SDK: types/system_message_param.py)
@@ -28,23 +108,44 @@ class Message(_Request):
     content: Content
 
 
+Messages = Annotated[
+    list[Annotated[Message, WithJsonSchema(MESSAGE_SCHEMA)]], Field(min_length=1, max_length=MAX_MESSAGES)
+]
+AnthropicTools = Annotated[
+    Tools, WithJsonSchema({"type": "array", "items": TOOL_SCHEMA, "maxItems": MAX_TOOLS})
+]
+System = Annotated[Content, WithJsonSchema(SYSTEM_SCHEMA)]
+_PARALLEL = {"disable_parallel_tool_use": {"type": "boolean"}}
+ToolChoice = Annotated[
+    dict[str, Any],
+    WithJsonSchema(
+        {
+            "anyOf": [
+                object_schema(["type"], type={"enum": ["auto", "any", "none"]}, **_PARALLEL),
+                object_schema(["type", "name"], type={"const": "tool"}, name=_STRING, **_PARALLEL),
+            ]
+        }
+    ),
+]
+
+
 class MessagesRequest(_Request):
     model: ModelName
-    messages: list[Message] = Field(min_length=1, max_length=MAX_MESSAGES)
-    max_tokens: int = Field(ge=1)
+    messages: Messages
+    max_tokens: Integer = Field(ge=1)
     container: Any = None
     mcp_servers: Any = None
     metadata: dict[str, Any] | None = None
     service_tier: str | None = None
     stop_sequences: list[str] | None = Field(None, max_length=MAX_STOP)
     stream: bool = False
-    system: Content | None = None
+    system: System | None = None
     temperature: float | None = Field(None, ge=0, le=1)
     thinking: dict[str, Any] | None = None
-    tool_choice: dict[str, Any] | None = None
-    tools: Tools | None = None
-    top_k: int | None = Field(None, ge=0)
-    top_p: float | None = Field(None, ge=0, le=1)
+    tool_choice: ToolChoice | None = None
+    tools: AnthropicTools | None = None
+    top_k: Integer | None = Field(None, ge=0)
+    top_p: float | None = Field(None, gt=0, le=1)
     output_config: dict[str, Any] | None = Field(
         None, description="`effort` (low/medium/high/max) and `format` (a JSON schema for the answer)"
     )
@@ -55,11 +156,11 @@ class MessagesRequest(_Request):
 
 class CountTokensRequest(_Request):
     model: ModelName
-    messages: list[Message] = Field(min_length=1, max_length=MAX_MESSAGES)
-    system: Content | None = None
+    messages: Messages
+    system: System | None = None
     thinking: dict[str, Any] | None = None
-    tool_choice: dict[str, Any] | None = None
-    tools: Tools | None = None
+    tool_choice: ToolChoice | None = None
+    tools: AnthropicTools | None = None
     output_config: dict[str, Any] | None = Field(
         None, description="`effort` counts as the reply's (`format` does not change the prompt)"
     )

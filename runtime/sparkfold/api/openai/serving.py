@@ -387,8 +387,6 @@ class UtilityServing:
 
     async def detokenize(self, request: DetokenizeRequest, call: CallContext) -> dict[str, Any] | ApiError:
         log_ignored(request, call)
-        if any(token < 0 for token in request.tokens):
-            return ClientError("tokens must be non-negative token ids", param="tokens")
         return await tokenizer_call(
             self.engine, call, "/detokenize", _known_fields(request), DetokenizeResponse
         )

@@ -8,9 +8,18 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
 
-from sparkfold.protocol import MAX_MESSAGES, ModelName, Tools
+from sparkfold.api.responses.tools import NOT_OFFERED
+from sparkfold.protocol import (
+    MAX_MESSAGES,
+    MAX_TOOLS,
+    Integer,
+    ModelName,
+    Tools,
+    object_schema,
+    tool_choice_schema,
+)
 
 __all__ = ["INCLUDE_VALUES", "TEXT_FORMATS", "ResponsesRequest"]
 
@@ -51,15 +60,104 @@ def _text(value: dict[str, Any]) -> dict[str, Any]:
     return value
 
 
+# What the translator takes (translate.py, tools.py), said in the OpenAPI document; validation
+# stays theirs, which names the offending item.
+_STRING = {"type": "string"}
+_NAME = {"type": "string", "minLength": 1}
+_PARTS = {
+    "type": "array",
+    "items": {
+        "anyOf": [
+            object_schema(
+                ["type", "text"], type={"enum": ["input_text", "output_text", "text"]}, text=_STRING
+            ),
+            object_schema(["type", "image_url"], type={"const": "input_image"}, image_url=_STRING),
+        ]
+    },
+}
+_CONTENT = {"anyOf": [_STRING, _PARTS]}
+INPUT_ITEM_SCHEMA = {
+    "anyOf": [
+        object_schema(
+            ["role", "content"],
+            type={"const": "message"},
+            role={"enum": ["user", "system", "developer", "assistant"]},
+            content=_CONTENT,
+        ),
+        object_schema(
+            ["type", "name", "call_id"],
+            type={"const": "function_call"},
+            name=_STRING,
+            call_id=_STRING,
+            arguments=_STRING,
+            namespace=_STRING,
+        ),
+        object_schema(
+            ["type", "call_id"], type={"const": "function_call_output"}, call_id=_STRING, output=_CONTENT
+        ),
+        object_schema(["type"], type={"const": "reasoning"}, encrypted_content=_STRING),
+    ]
+}
+_FUNCTION = object_schema(
+    ["type", "name"],
+    type={"const": "function"},
+    name=_NAME,
+    description=_STRING,
+    parameters={"type": "object"},
+)
+TOOL_SCHEMA = {
+    "anyOf": [
+        _FUNCTION,
+        object_schema(
+            ["type", "name", "tools"],
+            type={"const": "namespace"},
+            name=_NAME,
+            tools={
+                "type": "array",
+                "items": {
+                    "anyOf": [
+                        _FUNCTION,
+                        object_schema(["type", "name"], type={"const": "custom"}, name=_NAME),
+                    ]
+                },
+            },
+        ),
+        object_schema(["type"], type={"enum": list(NOT_OFFERED)}),
+    ]
+}
+Input = Annotated[
+    str | Annotated[list[dict[str, Any]], Field(max_length=MAX_MESSAGES)],
+    WithJsonSchema(
+        {
+            "anyOf": [
+                _STRING,
+                {"type": "array", "minItems": 1, "maxItems": MAX_MESSAGES, "items": INPUT_ITEM_SCHEMA},
+            ]
+        }
+    ),
+]
+ResponsesTools = Annotated[
+    Tools, WithJsonSchema({"type": "array", "maxItems": MAX_TOOLS, "items": TOOL_SCHEMA})
+]
+ToolChoice = Annotated[
+    str | dict[str, Any],
+    AfterValidator(_tool_choice),
+    WithJsonSchema(
+        tool_choice_schema(object_schema(["type", "name"], type={"const": "function"}, name=_NAME))
+    ),
+]
+Include = Annotated[list[str], WithJsonSchema({"type": "array", "items": {"enum": sorted(INCLUDE_VALUES)}})]
+
+
 class ResponsesRequest(BaseModel):
     # strict types, as OpenAI's: true is not a number, "yes" not a boolean
     model_config = ConfigDict(extra="allow", strict=True)
 
     model: ModelName | None = None
-    input: str | Annotated[list[dict[str, Any]], Field(max_length=MAX_MESSAGES)]
-    include: list[str] | None = None
+    input: Input
+    include: Include | None = None
     instructions: str | None = None
-    max_output_tokens: int | None = Field(None, ge=1)
+    max_output_tokens: Integer | None = Field(None, ge=1)
     metadata: dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
     previous_response_id: str | None = None
@@ -68,7 +166,7 @@ class ResponsesRequest(BaseModel):
     stream: bool = False
     temperature: float | None = Field(None, ge=0, le=2)
     text: Annotated[dict[str, Any], AfterValidator(_text)] | None = None
-    tool_choice: Annotated[str | dict[str, Any], AfterValidator(_tool_choice)] | None = None
-    tools: Tools | None = None
+    tool_choice: ToolChoice | None = None
+    tools: ResponsesTools | None = None
     top_p: float | None = Field(None, gt=0, le=1)
     user: str | None = None
