@@ -621,7 +621,7 @@ class ApiSettings(_Section):
     model_aliases: list[Annotated[str, Field(min_length=1, max_length=256)]] = Field(
         default_factory=list,
         max_length=256,
-        description='model names answered by engine.served_name: glob patterns, e.g. "claude-*", "gpt-5*" '
+        description='model names answered by engine.served_name: glob patterns, e.g. "claude-*", "gpt-*" '
         "(what coding agents ask for by default); empty = only the served name answers",
     )
 

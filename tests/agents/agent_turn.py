@@ -23,7 +23,7 @@ from typing import Any
 from tests.fakes.scripted_engine import Script, ScriptedEngine, ServerThread, free_port
 from tests.integration.engine_procs import ChildProcess, wait_healthy
 
-from sparkfold.config import ApiSettings, EngineSettings
+from sparkfold.config import EngineSettings
 
 __all__ = ["AgentGateway", "ShellTurn", "doc_block", "doc_command", "doc_env", "doc_file", "run_agent"]
 
@@ -36,8 +36,6 @@ SERVED = EngineSettings.model_fields["served_name"].default
 """The gateway under test serves the default served name, as a pair does."""
 SHELL_TOOLS = ("Bash", "bash", "exec_command", "shell")
 """The shell tool of Claude Code, opencode and Codex (``exec_command``; ``shell`` in older releases)."""
-MODEL_ALIASES = "model_aliases" in ApiSettings.model_fields
-"""Whether this gateway has ``[api] model_aliases``; until it does, the tests name the served model."""
 
 
 def doc_block(name: str) -> str:
@@ -148,8 +146,7 @@ class AgentGateway:
                 f"port = {port}",
                 f'api_keys_file = "{keys}"',
             ]
-            if MODEL_ALIASES:
-                lines.append(doc_block("gateway-aliases").split("[api]", 1)[1].strip())
+            lines.append(doc_block("gateway-aliases").split("[api]", 1)[1].strip())
             config.write_text("\n".join(lines) + "\n")
             process = ChildProcess(
                 [

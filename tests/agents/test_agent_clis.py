@@ -22,8 +22,6 @@ from pathlib import Path
 import pytest
 from agent_turn import (
     BIN,
-    MODEL_ALIASES,
-    SERVED,
     AgentGateway,
     ShellTurn,
     doc_command,
@@ -115,8 +113,6 @@ def test_the_agent_runs_its_shell_tool_through_the_gateway(tmp_path: Path, workd
                 (base / place).parent.mkdir(parents=True, exist_ok=True)
                 (base / place).write_text(doc_file(f"{name}-config", gateway.url, gateway.key))
         argv = doc_command(f"{name}-run")
-        if name == "claude-code" and not MODEL_ALIASES:  # temporary, until [api] model_aliases lands
-            argv += ["--model", SERVED]
         result = run_agent(argv, workdir, env)
     check_turn(gateway, turn, result)
     assert turn.calls == [agent.shell]

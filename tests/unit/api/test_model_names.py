@@ -14,7 +14,7 @@ from tests.fakes.scripted_engine import ScriptedEngine
 from sparkfold.api.model_names import ModelNames
 from sparkfold.config import ApiSettings
 
-ALIASES = ["claude-*", "gpt-5*", "codex-*"]
+ALIASES = ["claude-*", "gpt-*", "codex-*"]
 ASK: Any = [{"role": "user", "content": "hi"}]
 
 
