@@ -282,14 +282,15 @@ def pull(ref: str, expected: str, tag: str, check: bool, as_json: bool) -> None:
     help="This run's facts (YAML or JSON): nodes' Docker and labels, the series hash, what was resolved.",
 )
 @click.option(
-    "--supports",
-    metavar="FEATURE",
-    multiple=True,
-    help="What our own series' profile declares (sparkfold image hash --json); repeatable.",
+    "--series",
+    "series_file",
+    metavar="FILE",
+    type=click.Path(dir_okay=False),
+    help="Our own series file: what its profile.toml supports joins the profile (as for image hash).",
 )
 @json_option
 def plan_(
-    vars_file: Any, records_dir: str | None, probe_file: Any, supports: tuple[str, ...], as_json: bool
+    vars_file: Any, records_dir: str | None, probe_file: Any, series_file: str | None, as_json: bool
 ) -> None:
     """Say what the image stage will do: the way, every pin and its source, each node's currency,
     the profile, and the stop if any (exit status 1 then)."""
@@ -308,6 +309,7 @@ def plan_(
             if probe_file
             else None
         )
+        supports = _supports(Path(series_file).parent / "profile.toml") if series_file else []
         done = plan(image_vars, Records(Path(records_dir)), probe, series_supports=supports)
     except PlanError as exc:
         raise click.ClickException(str(exc)) from None

@@ -234,7 +234,11 @@ def test_the_command_prints_the_plan(repo: Path, tmp_path: Path) -> None:
     found = json.loads(as_json.output)
     assert found["way"] == "stock" and found["stop"].startswith("sparkfold_image_base is the tag")
     assert found["pins"][0]["record_file"] == str(tmp_path / "pins/pair/tensorfold-v0.6.0.commit")
-    text = runner.invoke(main, ["image", "plan", "--inventory-vars", str(values), "--records", str(tmp_path)])
+    series = str(repo / "patches/tensorfold/v0.6.0/series")
+    text = runner.invoke(
+        main,
+        ["image", "plan", "--inventory-vars", str(values), "--records", str(tmp_path), "--series", series],
+    )
     assert "way: stock (git)" in text.output and "stop: sparkfold_image_base is the tag" in text.output
     bad = runner.invoke(main, ["image", "plan", "--inventory-vars", str(values), "--probe", str(values)])
     assert bad.exit_code == 1
