@@ -33,18 +33,39 @@ SERIES_BUILD = {
         "supports": ["parallel", "kv_fp8"],
     },
 }
-# Each inventory's arguments, and the way the role takes there (the testbed's tensorfold kind pulls
-# the stand-in published on the control host, or builds stock TensorFold before it is published).
-INVENTORIES = {
-    "example": (("inventory/example",), {"published"}),
-    "testbed": (("inventory/testbed",), {"none"}),
-    "example-stock": (("inventory/example", "-e", '{"sparkfold_image_registry_ref": ""}'), {"stock"}),
-    "example-series": (("inventory/example", "-e", json.dumps(SERIES_BUILD)), {"build"}),
+# The example's other ways as hosts of a second inventory source beside it: its group_vars/all
+# apply to them too, and their host vars override it as an operator's edit of image.yml would.
+VARIANTS = {
+    "example-stock": {"sparkfold_image_registry_ref": ""},
+    "example-series": SERIES_BUILD,
+}
+# Each inventory's arguments, and the ways the role takes on its hosts (the testbed's tensorfold kind
+# pulls the stand-in published on the control host, or builds stock TensorFold before it is published).
+INVENTORIES: dict[str, tuple[tuple[str, ...], dict[str, set[str]]]] = {
+    "example": (
+        ("inventory/example", "-i", "VARIANTS"),
+        {
+            "spark-head": {"published"},
+            "spark-worker": {"published"},
+            "example-stock": {"stock"},
+            "example-series": {"build"},
+        },
+    ),
+    "testbed": (("inventory/testbed",), {"": {"none"}}),
     "testbed-tensorfold": (
         ("inventory/testbed", "-e", "@inventory/testbed-tensorfold.yml"),
-        {"published", "stock"},
+        {"": {"published", "stock"}},
     ),
 }
+
+
+def variants(folder: Path) -> Path:
+    """The second inventory source of :data:`VARIANTS` (local hosts in sparkfold_nodes)."""
+    hosts = {name: {"ansible_connection": "local", **values} for name, values in VARIANTS.items()}
+    path = folder / "variants" / "hosts.yml"
+    path.parent.mkdir()
+    path.write_text(json.dumps({"sparkfold_nodes": {"hosts": hosts}}))
+    return path
 
 
 def conditions(repo: Path) -> dict[str, str]:
@@ -64,8 +85,9 @@ def render(repo: Path, folder: Path, inventory: tuple[str, ...]) -> dict[str, di
     extra.write_text(
         json.dumps({"render_dir": str(folder), "render_names": names, "render_when": conditions(repo)})
     )
+    sources = [str(variants(folder)) if arg == "VARIANTS" else arg for arg in inventory]
     result = ansible(
-        repo, "ansible-playbook", "-i", *inventory, "tests/ansible/render_image.yml", "-e", f"@{extra}"
+        repo, "ansible-playbook", "-i", *sources, "tests/ansible/render_image.yml", "-e", f"@{extra}"
     )
     assert result.returncode == 0, result.stdout + result.stderr
     return {
@@ -88,10 +110,15 @@ def role_way(when: dict[str, str]) -> set[str]:
 
 @pytest.mark.parametrize("name", sorted(INVENTORIES))
 def test_the_planner_decides_as_the_role_does(repo: Path, tmp_path: Path, name: str) -> None:
-    arguments, ways = INVENTORIES[name]
+    arguments, expected = INVENTORIES[name]
     rendered = render(repo, tmp_path, arguments)
     assert rendered, "no host rendered"
+    assert set(expected) <= {"", *rendered}, rendered.keys()
+    # The variants see the example's image.yml (its image name) under their own edits.
+    names = {role["vars"]["sparkfold_image_name"] for role in rendered.values()}
+    assert len(names) == 1, names
     for host, role in rendered.items():
+        ways = expected.get(host) or expected[""]
         values = ImageVars.from_mapping(role["vars"])
         records = Records(Path(role["vars"]["sparkfold_control_dir"]) / "pins" / values.inventory_name)
         done: Plan = plan(values, records)

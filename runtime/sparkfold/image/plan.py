@@ -455,8 +455,12 @@ def _stop(values: ImageVars, records: Records, probe: Probe, way: Way, pins: Seq
     label = values.sparkfold_image_published_label
     if way == "published" and not values.sparkfold_image_series_ref and head_docker and len(label) != 12:
         return STOPS["published_label"].format(registry_ref=registry)
-    head_stale = head is not None and _currency(values, probe, way, probe.head, head).state != "current"
-    if way != "published" and source == "git" and probe.tag_commit and head_stale:
+    # tasks/build.yml re-checks the tag only where the head's image is due for a build.
+    head_due = head is not None and _currency(values, probe, way, probe.head, head).state in (
+        "stale",
+        "missing",
+    )
+    if way != "published" and source == "git" and probe.tag_commit and head_due:
         commit = next(p for p in pins if p.what.startswith("tensorfold "))
         if commit.value and commit.value != probe.tag_commit:
             given = values.sparkfold_image_tensorfold_commit
