@@ -240,9 +240,15 @@ def test_the_command_prints_the_plan(repo: Path, tmp_path: Path) -> None:
         ["image", "plan", "--inventory-vars", str(values), "--records", str(tmp_path), "--series", series],
     )
     assert "way: stock (git)" in text.output and "stop: sparkfold_image_base is the tag" in text.output
-    bad = runner.invoke(main, ["image", "plan", "--inventory-vars", str(values), "--probe", str(values)])
-    assert bad.exit_code == 1
     broken = tmp_path / "broken.json"
     broken.write_text("[1, 2]")
-    refused = runner.invoke(main, ["image", "plan", "--inventory-vars", str(broken)])
-    assert refused.exit_code == 1 and "not a mapping" in refused.output
+    for option in ("--inventory-vars", "--probe"):
+        args = ["image", "plan", "--inventory-vars", str(values), option, str(broken)]
+        refused = runner.invoke(main, args)
+        assert refused.exit_code == 1 and f"{option} {broken}: not a mapping" in refused.output, (
+            refused.output
+        )
+    silent = tmp_path / "silent.json"
+    silent.write_text(json.dumps({"sparkfold_engine": "tensorfold"}))
+    lacking = runner.invoke(main, ["image", "plan", "--inventory-vars", str(silent)])
+    assert lacking.exit_code == 1 and "the image variables lack sparkfold_image_name" in lacking.output
