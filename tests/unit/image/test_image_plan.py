@@ -4,6 +4,7 @@ the role decides them (roles/sparkfold_image/tasks/main.yml, pin.yml, base.yml, 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -252,3 +253,46 @@ def test_the_command_prints_the_plan(repo: Path, tmp_path: Path) -> None:
     silent.write_text(json.dumps({"sparkfold_engine": "tensorfold"}))
     lacking = runner.invoke(main, ["image", "plan", "--inventory-vars", str(silent)])
     assert lacking.exit_code == 1 and "the image variables lack sparkfold_image_name" in lacking.output
+
+
+# Where the role keeps each stop's words today: (file under roles/sparkfold_image/, task name or var).
+ROLE_WORDS = {
+    "docker": ("tasks/docker.yml", "Stop if Docker does not answer on a node that must run the engine image"),
+    "source": ("tasks/source.yml", "Stop if the image source is not usable"),
+    "base_malformed": ("tasks/base.yml", "Stop if the base image's digest is malformed"),
+    "base_unpinned": ("vars/main.yml", "_sparkfold_image_unpinned_base"),
+    "base_mismatch": (
+        "tasks/base.yml",
+        "Stop if the inventory's base digest is not the one recorded at first use",
+    ),
+    "settings": ("tasks/hash.yml", "Stop if the image settings do not fit together"),
+    "published_label": ("tasks/pull.yml", "Stop if there is no label to accept the published image by"),
+    "tag_moved": ("tasks/build.yml", "Stop if the tag moved away from the pinned commit"),
+}
+_JINJA = re.compile(r"\{\{(?:'[^']*'|\"[^\"]*\"|[^'\"])*?\}\}")
+
+
+def role_message(repo: Path, file: str, name: str) -> str:
+    found = yaml.safe_load((repo / "roles/sparkfold_image" / file).read_text())
+    if isinstance(found, dict):
+        return str(found[name])
+    tasks = list(found)
+    while tasks:
+        task = tasks.pop()
+        tasks += task.get("block", []) + task.get("rescue", [])
+        if task.get("name") == name:
+            return str(task["ansible.builtin.assert"]["fail_msg"])
+    raise AssertionError(f"no task {name!r} in {file}")
+
+
+@pytest.mark.parametrize("stop", sorted(STOPS))
+def test_the_stops_keep_the_roles_words(repo: Path, stop: str) -> None:
+    """Every literal run of the role's message appears, in order, in the planner's (the role's Jinja
+    fields are the planner's format fields)."""
+    role = " ".join(role_message(repo, *ROLE_WORDS[stop]).split())
+    ours = " ".join(STOPS[stop].split())
+    at = 0
+    for literal in (part.strip() for part in _JINJA.split(role)):
+        found = ours.find(literal, at) if literal else at
+        assert found >= 0, f"{stop}: {literal!r} is not in {ours[at:]!r}"
+        at = found + len(literal)
