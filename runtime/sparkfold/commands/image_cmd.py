@@ -1,4 +1,4 @@
-"""``sparkfold image hash|apply|label|fetch|pull``: the engine image's patch series, for the image role.
+"""``sparkfold image hash|apply|label|fetch|pull|plan``: the engine image's patch series, for the image role.
 
 ``hash --context DIR`` hashes a ready build context instead (the testbed's stand-in); its
 ``profile.toml``, if any, says what that image supports.
@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -24,7 +25,9 @@ series_option = click.option(
 
 @click.group()
 def command() -> None:
-    """The engine image's patch series: hash, apply, label, fetch by reference, pull (docs/patches.md)."""
+    """The engine image: its patch series (hash, apply, label, fetch), a published image, the plan.
+
+    docs/patches.md."""
 
 
 extra_option = click.option(
@@ -252,3 +255,77 @@ def pull(ref: str, expected: str, tag: str, check: bool, as_json: bool) -> None:
     else:
         state = ("would pull" if check else "pulled and tagged") if done.changed else "already current"
         click.echo(f"{tag}: {state} ({ref}, tf.patches={done.label})")
+
+
+@command.command("plan")
+@click.option(
+    "--inventory-vars",
+    "vars_file",
+    metavar="FILE",
+    default="-",
+    show_default=True,
+    type=click.File(),
+    help="The inventory's image variables (YAML or JSON, the role's names and defaults); - is stdin.",
+)
+@click.option(
+    "--records",
+    "records_dir",
+    metavar="DIR",
+    type=click.Path(file_okay=False),
+    help="The pins recorded on the control host. Default: <sparkfold_control_dir>/pins/<inventory name>.",
+)
+@click.option(
+    "--probe",
+    "probe_file",
+    metavar="FILE",
+    type=click.File(),
+    help="This run's facts (YAML or JSON): nodes' Docker and labels, the series hash, what was resolved.",
+)
+@click.option(
+    "--series",
+    "series_file",
+    metavar="FILE",
+    type=click.Path(dir_okay=False),
+    help="Our own series file: what its profile.toml supports joins the profile (as for image hash).",
+)
+@json_option
+def plan_(
+    vars_file: Any, records_dir: str | None, probe_file: Any, series_file: str | None, as_json: bool
+) -> None:
+    """Say what the image stage will do: the way, every pin and its source, each node's currency,
+    the profile, and the stop if any (exit status 1 then)."""
+    from sparkfold.image.plan import ImageVars, PlanError, Probe, Records, plan, read_mapping
+
+    try:
+        values = read_mapping(vars_file.read(), f"--inventory-vars {vars_file.name}")
+        image_vars = ImageVars.from_mapping(values)
+        if records_dir is None:
+            control = values.get("sparkfold_control_dir")
+            if not control:
+                raise PlanError("give --records DIR, or sparkfold_control_dir in the inventory variables")
+            records_dir = str(Path(control) / "pins" / image_vars.inventory_name)
+        probe = (
+            Probe.from_mapping(read_mapping(probe_file.read(), f"--probe {probe_file.name}"))
+            if probe_file
+            else None
+        )
+        supports = _supports(Path(series_file).parent / "profile.toml") if series_file else []
+        done = plan(image_vars, Records(Path(records_dir)), probe, series_supports=supports)
+    except PlanError as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        echo_json(done.as_dict())
+    else:
+        click.echo(f"way: {done.way}" + (f" ({done.source})" if done.source else ""))
+        for pin in done.pins:
+            record = f", record {pin.record_file}" if pin.record_file else ""
+            to_record = " (to record)" if pin.record else ""
+            click.echo(f"pin {pin.what}: {pin.value or '-'} [{pin.source}{record}]{to_record}")
+        for node in done.nodes:
+            click.echo(f"node {node.node}: {node.state} ({node.why})")
+        if done.profile_name:
+            click.echo(f"profile: {done.profile_name} supports {', '.join(done.supports) or 'nothing'}")
+        if done.stop:
+            click.echo(f"stop: {done.stop}")
+    if done.stop:
+        raise SystemExit(1)

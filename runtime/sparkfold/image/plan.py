@@ -1,0 +1,532 @@
+"""The image stage's decisions in one place: which way, which pins, which node is current, the profile.
+
+:func:`plan` takes the inventory's image variables (:class:`ImageVars`, the names the image role
+reads, its defaults applied), the pins recorded on the control host (:class:`Records`) and what
+this run found out (:class:`Probe`: each node's Docker and image labels, and what the head resolved
+now), and returns one :class:`Plan`. Nothing here runs a command or writes a file: the role probes,
+asks for the plan (``sparkfold image plan --json``) and carries it out.
+
+The rules are the role's, each cited where it lives under ``roles/sparkfold_image/``:
+
+* the way (``tasks/main.yml``'s ``when:`` lists): ``none`` unless ``sparkfold_engine`` is
+  ``tensorfold``; ``published`` when ``sparkfold_image_registry_ref`` is set (``pull.yml``);
+  else a build on the head (``build.yml``): ``build`` from an external series
+  (``sparkfold_image_series_ref``, ``series.yml``) or a ready context (``source.yml``), ``stock``
+  for TensorFold with only our own series;
+* the pins, trust on first use (``pin.yml``, ``base.yml``, ``series.yml`` through
+  ``roles/sparkfold/tasks/pins.yml``): the inventory's value, else the one recorded under
+  ``<control_dir>/pins/<inventory>/``, else the one resolved now (then to be recorded);
+* the stops, in the order the role meets them, with the role's words (:data:`STOPS`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+__all__ = [
+    "STOPS",
+    "ImageVars",
+    "NodeFacts",
+    "NodeState",
+    "Pin",
+    "Plan",
+    "PlanError",
+    "Probe",
+    "Records",
+    "plan",
+    "read_mapping",
+]
+
+Way = Literal["published", "build", "stock", "none"]
+Source = Literal["inventory", "recorded", "resolved-now", "unresolved"]
+Currency = Literal["current", "stale", "missing", "unknown"]
+
+_DIGEST = re.compile(r"^[^@]+@sha256:[0-9a-f]{64}$")
+_PUBLISHED = re.compile(r"@sha256:[0-9a-f]{64}$")
+_HEX12 = re.compile(r"^[0-9a-f]{12}$")
+
+# The role's stop messages (fail_msg of its asserts), word for word, with its Jinja fields as
+# format fields: the role prints the plan's ``stop`` instead of keeping its own copy.
+STOPS: dict[str, str] = {
+    # tasks/docker.yml, "Stop if Docker does not answer on a node that must run the engine image"
+    "docker": (
+        "docker does not answer on {node} ({problem}): install Docker with the NVIDIA container runtime "
+        "and start it (systemctl enable --now docker)"
+    ),
+    # tasks/source.yml, "Stop if the image source is not usable"
+    "source": (
+        "sparkfold_image_source is '{source}': with 'context', set sparkfold_image_context_dir to a "
+        "build context folder on the control host (with its Dockerfile) and leave "
+        "sparkfold_image_registry_ref empty"
+    ),
+    # tasks/base.yml, "Stop if the base image's digest is malformed"
+    "base_malformed": ("sparkfold_image_base '{base}': a digest is written NAME:TAG@sha256:<64 hex digits>"),
+    # vars/main.yml _sparkfold_image_unpinned_base (tasks/base.yml, when the digest is required)
+    "base_unpinned": (
+        "sparkfold_image_base is the tag {base}, not a digest: a rebuild would take whatever it points to "
+        "then. On the head: docker pull {base} && docker image inspect --format "
+        "'{{{{index .RepoDigests 0}}}}' {base}; then set in {inventory_dir}/group_vars/all/image.yml "
+        "sparkfold_image_base: "
+        '"{base}@sha256:<that digest>"'
+    ),
+    # tasks/base.yml, "Stop if the inventory's base digest is not the one recorded at first use"
+    "base_mismatch": (
+        "sparkfold_image_base pins {inventory}, but this control host recorded {recorded} for {name} when "
+        "it first used it ({record}): copy the recorded one into the inventory (sparkfold_image_base: "
+        '"{name}@{recorded}"), or, if the new digest is meant (a newer base), delete that file and run again'
+    ),
+    # tasks/hash.yml, "Stop if the image settings do not fit together"
+    "settings": (
+        "sparkfold_engine_tensorfold.image ({engine_image}) must equal sparkfold_image_name ({name}), and "
+        "sparkfold_image_registry_ref ('{registry_ref}') must be empty or pinned by digest "
+        "(<name>@sha256:<64 hex>)"
+    ),
+    # tasks/pull.yml, "Stop if there is no label to accept the published image by"
+    "published_label": (
+        "sparkfold_image_registry_ref ({registry_ref}) is accepted only by its tf.patches label: reference "
+        "its patch series (sparkfold_image_series_ref) or set sparkfold_image_published_label (12 hex, the "
+        "suffix of the recipe's published tag v0.6.0-<label>)"
+    ),
+    # tasks/build.yml, "Stop if the tag moved away from the pinned commit"
+    "tag_moved": (
+        "the tag moved: {ref} of {repo} now points to {now}, not the pinned {pinned} ({where}). Nothing was "
+        "built. Review what changed upstream, check the patch series still applies (docs/patches.md), then "
+        'set sparkfold_image_tensorfold_commit: "{now}"{delete}'
+    ),
+}
+
+
+class PlanError(ValueError):
+    """The planner's input is not usable (a missing variable, an unreadable record)."""
+
+
+def read_mapping(text: str, where: str) -> dict[str, Any]:
+    """A YAML (or JSON) mapping of variables or facts, read from ``where``."""
+    try:
+        found = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise PlanError(f"{where}: not YAML or JSON: {exc}") from None
+    if not isinstance(found, dict):
+        raise PlanError(f"{where}: not a mapping of names to values")
+    return found
+
+
+@dataclass(frozen=True)
+class ImageVars:
+    """The inventory's image variables, named as the role reads them (defaults/main.yml applied)."""
+
+    sparkfold_engine: str
+    sparkfold_image_name: str
+    sparkfold_image_source: str
+    sparkfold_image_context_dir: str
+    sparkfold_image_base: str
+    sparkfold_image_base_digest_required: bool
+    sparkfold_image_tensorfold_repo: str
+    sparkfold_image_tensorfold_ref: str
+    sparkfold_image_tensorfold_commit: str
+    sparkfold_image_extras: tuple[str, ...]
+    sparkfold_image_series_ref: Mapping[str, Any]
+    sparkfold_image_registry_ref: str
+    sparkfold_image_published_label: str
+    sparkfold_image_published_supports: tuple[str, ...]
+    sparkfold_image_docker_required: bool
+    sparkfold_engine_tensorfold: Mapping[str, Any] = field(default_factory=dict)
+    inventory_dir: str = "inventory"
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> ImageVars:
+        """From a mapping of variables (extra names ignored); a missing one is named."""
+        names = [
+            f for f in cls.__dataclass_fields__ if f not in ("sparkfold_engine_tensorfold", "inventory_dir")
+        ]
+        missing = [name for name in names if name not in values]
+        if missing:
+            raise PlanError(
+                f"the image variables lack {', '.join(missing)} (roles/sparkfold_image/defaults/main.yml)"
+            )
+        kept = {name: values[name] for name in cls.__dataclass_fields__ if name in values}
+        for name in ("sparkfold_image_extras", "sparkfold_image_published_supports"):
+            kept[name] = tuple(str(item) for item in kept[name] or ())
+        for name in ("sparkfold_image_series_ref", "sparkfold_engine_tensorfold"):
+            kept[name] = dict(kept.get(name) or {})
+        for name in names:
+            if isinstance(kept[name], str):
+                kept[name] = kept[name].strip()
+            elif kept[name] is None:
+                kept[name] = ""
+        for name in ("sparkfold_image_base_digest_required", "sparkfold_image_docker_required"):
+            kept[name] = _truthy(kept[name])
+        return cls(**kept)
+
+    @property
+    def inventory_name(self) -> str:
+        """``_sparkfold_inventory_name`` (roles/sparkfold/vars/main.yml): the inventory folder's name."""
+        return Path(self.inventory_dir).name
+
+
+def _truthy(value: Any) -> bool:
+    """Ansible's ``| bool`` of a variable."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("yes", "on", "1", "true", "y", "t")
+    return bool(value)
+
+
+@dataclass(frozen=True)
+class Records:
+    """The pins recorded on the control host, ``<control_dir>/pins/<inventory>/`` (the role's
+    ``_sparkfold_image_pin_file``, ``_sparkfold_image_base_pin_file`` and
+    ``_sparkfold_image_external_pin_file`` in vars/main.yml)."""
+
+    folder: Path
+
+    def commit_file(self, ref: str) -> Path:
+        return self.folder / f"tensorfold-{ref}.commit"
+
+    def base_file(self, base_name: str) -> Path:
+        return self.folder / f"base-{re.sub(r'[/:]', '_', base_name)}.digest"
+
+    def series_file(self, commit: str) -> Path:
+        return self.folder / f"series-{commit}.yml"
+
+    @staticmethod
+    def text(path: Path) -> str:
+        """A one-line record's value ('' when there is none), as the role reads it (slurp, trim)."""
+        try:
+            return path.read_text().strip()
+        except FileNotFoundError:
+            return ""
+        except OSError as exc:
+            raise PlanError(f"cannot read the record {path}: {exc}") from None
+
+    @staticmethod
+    def series(path: Path) -> list[dict[str, str]]:
+        """The recorded series files ``[{name, sha256}]`` (``pins.yml`` writes them as YAML)."""
+        text = Records.text(path)
+        try:
+            found = yaml.safe_load(text) if text else []
+        except yaml.YAMLError as exc:
+            raise PlanError(f"the record {path} is not YAML: {exc}") from None
+        if not isinstance(found, list):
+            raise PlanError(f"the record {path} is not a list of {{name, sha256}}")
+        return [{"name": str(f.get("name", "")), "sha256": str(f.get("sha256", ""))} for f in found]
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """What the role's probes found on a node (tasks/docker.yml, tasks/probe.yml)."""
+
+    docker: bool = True
+    problem: str = ""
+    series_label: str = ""
+    """``org.sparkfold.tensorfold.series`` of ``sparkfold_image_name`` ('' without the image)."""
+    tf_patches: str = ""
+    """The recipe's ``tf.patches`` label of ``sparkfold_image_name``."""
+    repo_digests: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Probe:
+    """This run's facts: every node's, the series hash (``sparkfold image hash``) and what the head
+    resolved now (the tag's commit, the pulled base's digest, the fetched series' digests)."""
+
+    nodes: Mapping[str, NodeFacts] = field(default_factory=dict)
+    head: str = ""
+    hash: str = ""
+    tag_commit: str = ""
+    base_digest: str = ""
+    fetched: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> Probe:
+        nodes = {
+            str(name): NodeFacts(
+                docker=_truthy(facts.get("docker", True)),
+                problem=str(facts.get("problem", "")),
+                series_label=str(facts.get("series_label", "")).strip(),
+                tf_patches=str(facts.get("tf_patches", "")).strip(),
+                repo_digests=tuple(str(d) for d in facts.get("repo_digests") or ()),
+            )
+            for name, facts in (values.get("nodes") or {}).items()
+        }
+        return cls(
+            nodes=nodes,
+            head=str(values.get("head") or next(iter(nodes), "")),
+            hash=str(values.get("hash", "")),
+            tag_commit=str(values.get("tag_commit", "")),
+            base_digest=str(values.get("base_digest", "")),
+            fetched={str(k): str(v) for k, v in (values.get("fetched") or {}).items()},
+        )
+
+
+@dataclass(frozen=True)
+class Pin:
+    """One pinned value: what it pins, its value, where it came from and its record file.
+
+    ``record`` is true when the value was resolved now and must be written to ``record_file``.
+    """
+
+    what: str
+    value: str
+    source: Source
+    record_file: str
+    record: bool = False
+
+
+@dataclass(frozen=True)
+class NodeState:
+    node: str
+    state: Currency
+    why: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    way: Way
+    source: str
+    image: str
+    pins: tuple[Pin, ...]
+    nodes: tuple[NodeState, ...]
+    profile_name: str
+    supports: tuple[str, ...]
+    stop: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def plan(
+    values: ImageVars, records: Records, probe: Probe | None = None, *, series_supports: Sequence[str] = ()
+) -> Plan:
+    """The image stage's plan for ``values``; ``series_supports`` is what our own series' profile.toml
+    declares (``sparkfold image hash --json``'s ``supports``)."""
+    probe = probe or Probe()
+    way = _way(values)
+    if way == "none":
+        return Plan(way, "", values.sparkfold_image_name, (), (), "", (), None)
+    pins = _pins(values, records, probe, way)
+    stop = _stop(values, records, probe, way, pins)
+    return Plan(
+        way=way,
+        source="registry" if way == "published" else values.sparkfold_image_source,
+        image=values.sparkfold_image_name,
+        pins=tuple(pins),
+        nodes=tuple(_currency(values, probe, way, name, facts) for name, facts in probe.nodes.items()),
+        profile_name=_profile_name(values),
+        supports=_supports(values, series_supports),
+        stop=stop,
+    )
+
+
+def _way(values: ImageVars) -> Way:
+    """tasks/main.yml: skip.yml when the engine is not tensorfold; pull.yml when
+    ``sparkfold_image_registry_ref`` is set; build.yml otherwise (series.yml with a series ref)."""
+    if values.sparkfold_engine != "tensorfold":
+        return "none"
+    if values.sparkfold_image_registry_ref:
+        return "published"
+    if values.sparkfold_image_series_ref or values.sparkfold_image_source == "context":
+        return "build"
+    return "stock"
+
+
+def _pinned(what: str, inventory: str, recorded: str, now: str, record_file: Path) -> Pin:
+    """Trust on first use (tasks/pin.yml, tasks/base.yml, roles/sparkfold/tasks/pins.yml): the
+    inventory's value, else the recorded one, else the one resolved now (to be recorded)."""
+    if inventory:
+        return Pin(what, inventory, "inventory", str(record_file))
+    if recorded:
+        return Pin(what, recorded, "recorded", str(record_file))
+    if now:
+        return Pin(what, now, "resolved-now", str(record_file), record=True)
+    return Pin(what, "", "unresolved", str(record_file))
+
+
+def _base_name(values: ImageVars) -> str:
+    """``_sparkfold_image_base_name`` (vars/main.yml)."""
+    return values.sparkfold_image_base.split("@")[0]
+
+
+def _base_inventory_digest(values: ImageVars) -> str:
+    """``_sparkfold_image_base_inventory_digest`` (vars/main.yml)."""
+    return ([*values.sparkfold_image_base.split("@"), ""])[1]
+
+
+def _series_commit(values: ImageVars) -> str:
+    return str(values.sparkfold_image_series_ref.get("commit", ""))
+
+
+def _pins(values: ImageVars, records: Records, probe: Probe, way: Way) -> list[Pin]:
+    pins: list[Pin] = []
+    if way == "published":
+        pins.append(Pin("image", values.sparkfold_image_registry_ref, "inventory", ""))
+    # tasks/main.yml: pin.yml and base.yml run for a git source without a registry ref.
+    if way != "published" and values.sparkfold_image_source == "git":
+        ref = values.sparkfold_image_tensorfold_ref
+        commit_file = records.commit_file(ref)
+        pins.append(
+            _pinned(
+                f"tensorfold {ref}",
+                values.sparkfold_image_tensorfold_commit,
+                Records.text(commit_file) if not values.sparkfold_image_tensorfold_commit else "",
+                probe.tag_commit,
+                commit_file,
+            )
+        )
+        base_file = records.base_file(_base_name(values))
+        pins.append(
+            _pinned(
+                f"base {_base_name(values)}",
+                _base_inventory_digest(values),
+                Records.text(base_file),
+                probe.base_digest,
+                base_file,
+            )
+        )
+    # tasks/main.yml: series.yml runs whenever a series is referenced (also for a published image).
+    if values.sparkfold_image_series_ref:
+        series_file = records.series_file(_series_commit(values))
+        recorded = {f["name"]: f["sha256"] for f in Records.series(series_file)}
+        listed = list(values.sparkfold_image_series_ref.get("files") or [])
+        # vars/main.yml _sparkfold_image_external_names: the inventory's files, else the recorded.
+        names = [str(f["name"]) for f in listed] or list(recorded) or list(probe.fetched)
+        given = {str(f["name"]): str(f.get("sha256") or "") for f in listed}
+        for name in names:
+            pins.append(
+                _pinned(
+                    f"series {name}",
+                    given.get(name, ""),
+                    recorded.get(name, ""),
+                    probe.fetched.get(name, ""),
+                    series_file,
+                )
+            )
+    return pins
+
+
+def _stop(values: ImageVars, records: Records, probe: Probe, way: Way, pins: Sequence[Pin]) -> str | None:
+    """The first stop the role meets, in tasks/main.yml's order, with its words (:data:`STOPS`)."""
+    for node, facts in probe.nodes.items():
+        if values.sparkfold_image_docker_required and not facts.docker:
+            return STOPS["docker"].format(node=node, problem=facts.problem or "no answer")
+    source = values.sparkfold_image_source
+    if not (
+        source == "git"
+        or (
+            source == "context"
+            and values.sparkfold_image_context_dir
+            and not values.sparkfold_image_registry_ref
+        )
+    ):
+        return STOPS["source"].format(source=source)
+    if way != "published" and source == "git":
+        base = values.sparkfold_image_base
+        if "@" in base and not _DIGEST.match(base):
+            return STOPS["base_malformed"].format(base=base)
+        if values.sparkfold_image_base_digest_required and "@sha256:" not in base:
+            return STOPS["base_unpinned"].format(base=base, inventory_dir=values.inventory_dir)
+        inventory, recorded = (
+            _base_inventory_digest(values),
+            Records.text(records.base_file(_base_name(values))),
+        )
+        if inventory and recorded not in ("", inventory):
+            return STOPS["base_mismatch"].format(
+                inventory=inventory,
+                recorded=recorded,
+                name=_base_name(values),
+                record=records.base_file(_base_name(values)),
+            )
+    engine_image = values.sparkfold_engine_tensorfold.get("image")
+    registry = values.sparkfold_image_registry_ref
+    if (engine_image or values.sparkfold_image_name) != values.sparkfold_image_name or (
+        registry and not _PUBLISHED.search(registry)
+    ):
+        return STOPS["settings"].format(
+            engine_image=engine_image or "unset", name=values.sparkfold_image_name, registry_ref=registry
+        )
+    head = probe.nodes.get(probe.head)
+    head_docker = head is None or head.docker
+    # tasks/pull.yml: without a series the label to accept by is the inventory's (when the head has Docker).
+    label = values.sparkfold_image_published_label
+    if way == "published" and not values.sparkfold_image_series_ref and head_docker and len(label) != 12:
+        return STOPS["published_label"].format(registry_ref=registry)
+    # tasks/build.yml re-checks the tag only where the head's image is due for a build.
+    head_due = head is not None and _currency(values, probe, way, probe.head, head).state in (
+        "stale",
+        "missing",
+    )
+    if way != "published" and source == "git" and probe.tag_commit and head_due:
+        commit = next(p for p in pins if p.what.startswith("tensorfold "))
+        if commit.value and commit.value != probe.tag_commit:
+            given = values.sparkfold_image_tensorfold_commit
+            return STOPS["tag_moved"].format(
+                ref=values.sparkfold_image_tensorfold_ref,
+                repo=values.sparkfold_image_tensorfold_repo,
+                now=probe.tag_commit,
+                pinned=commit.value,
+                where="sparkfold_image_tensorfold_commit" if given else commit.record_file,
+                delete="" if given else f" (and delete {commit.record_file})",
+            )
+    return None
+
+
+def _currency(values: ImageVars, probe: Probe, way: Way, node: str, facts: NodeFacts) -> NodeState:
+    """Whether a node's image is the one planned: tasks/probe.yml (``_sparkfold_image_current``,
+    the series label against the series hash) for a build; for a published image,
+    ``sparkfold.image.published.pull_published``'s rule (its tf.patches label and digest)."""
+    name = values.sparkfold_image_name
+    if not facts.docker:
+        return NodeState(node, "missing", f"no working Docker ({facts.problem or 'no answer'})")
+    if way == "published":
+        digest = values.sparkfold_image_registry_ref.rsplit("@", 1)[-1]
+        expected = values.sparkfold_image_published_label
+        if not facts.tf_patches and not facts.repo_digests:
+            return NodeState(node, "missing", f"no image {name}")
+        if not any(d.endswith("@" + digest) for d in facts.repo_digests):
+            return NodeState(node, "stale", f"{name} is not {digest}")
+        if values.sparkfold_image_series_ref:
+            return NodeState(
+                node, "unknown", "the label is the recipe's formula over the series, fetched on the head"
+            )
+        if facts.tf_patches != expected:
+            return NodeState(
+                node, "stale", f"{name} carries tf.patches={facts.tf_patches or '(none)'}, not {expected}"
+            )
+        return NodeState(node, "current", f"{name} is {digest} with tf.patches={expected}")
+    if not facts.series_label:
+        return NodeState(node, "missing", f"no image {name}")
+    if not probe.hash:
+        return NodeState(node, "unknown", "no series hash given (sparkfold image hash)")
+    if facts.series_label != probe.hash:
+        return NodeState(node, "stale", f"{name} was built from another series ({facts.series_label})")
+    return NodeState(node, "current", f"{name} carries the series hash {probe.hash}")
+
+
+def _profile_name(values: ImageVars) -> str:
+    """``_sparkfold_image_profile_name`` (vars/main.yml)."""
+    name = values.sparkfold_image_name
+    if values.sparkfold_image_registry_ref:
+        return f"{name} (published {values.sparkfold_image_registry_ref})"
+    if values.sparkfold_image_source == "context":
+        return f"{name} (the ready context {Path(values.sparkfold_image_context_dir).name})"
+    ref = values.sparkfold_image_tensorfold_ref
+    series = values.sparkfold_image_series_ref
+    external = (
+        f" + {series.get('repo', '')}@{series.get('commit', '')}:{series.get('folder', 'patches')}"
+        if series
+        else ""
+    )
+    return f"{name} (TensorFold {ref}{external} + patches/tensorfold/{ref})"
+
+
+def _supports(values: ImageVars, series_supports: Sequence[str]) -> tuple[str, ...]:
+    """``_sparkfold_image_supports`` (vars/main.yml): ours, the external series', the published image's."""
+    found = [*series_supports, *(values.sparkfold_image_series_ref.get("supports") or [])]
+    if values.sparkfold_image_registry_ref:
+        found += values.sparkfold_image_published_supports
+    return tuple(sorted(set(map(str, found))))

@@ -1,0 +1,298 @@
+"""The image stage's plan (sparkfold.image.plan): the way, trust-on-first-use pins and the stops, as
+the role decides them (roles/sparkfold_image/tasks/main.yml, pin.yml, base.yml, series.yml)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from sparkfold.cli import main
+from sparkfold.image.plan import STOPS, ImageVars, Plan, PlanError, Probe, Records, plan
+
+COMMIT = "a" * 40
+OTHER_COMMIT = "b" * 40
+DIGEST = "sha256:" + "1" * 64
+OTHER_DIGEST = "sha256:" + "2" * 64
+PUBLISHED = f"registry.example/tf:v0.6.0-a1897d591f70@{DIGEST}"
+BASE = "nvcr.io/nvidia/pytorch:26.07-py3"
+SERIES = {
+    "repo": "https://git.example/series.git",
+    "commit": "c" * 40,
+    "folder": "patches",
+    "supports": ["vision"],
+}
+
+
+def role_defaults(repo: Path) -> dict[str, Any]:
+    """The role's defaults, as the role sees them before the inventory (Jinja-valued ones left out)."""
+    found = yaml.safe_load((repo / "roles/sparkfold_image/defaults/main.yml").read_text())
+    return {name: value for name, value in found.items() if "{{" not in str(value)}
+
+
+def plan_of(repo: Path, tmp_path: Path, probe: dict[str, Any] | None = None, **inventory: Any) -> Plan:
+    values = ImageVars.from_mapping(
+        {**role_defaults(repo), "sparkfold_engine": "tensorfold", "inventory_dir": "/inv/pair", **inventory}
+    )
+    return plan(values, Records(tmp_path / "pins"), Probe.from_mapping(probe) if probe else None)
+
+
+def pin(done: Plan, what: str) -> Any:
+    return next(p for p in done.pins if p.what.startswith(what))
+
+
+def test_the_venv_engines_have_no_image(repo: Path, tmp_path: Path) -> None:
+    done = plan_of(repo, tmp_path, sparkfold_engine="transformers", sparkfold_image_registry_ref=PUBLISHED)
+    assert (done.way, done.pins, done.stop) == ("none", (), None)
+
+
+def test_a_published_image_is_pulled_by_digest_and_nothing_is_pinned_for_a_build(
+    repo: Path, tmp_path: Path
+) -> None:
+    done = plan_of(
+        repo, tmp_path, sparkfold_image_registry_ref=PUBLISHED, sparkfold_image_published_label="a" * 12
+    )
+    assert done.way == "published" and done.stop is None
+    assert [(p.what, p.value, p.source) for p in done.pins] == [("image", PUBLISHED, "inventory")]
+    assert done.profile_name.endswith(f"(published {PUBLISHED})")
+
+
+def test_a_series_reference_builds_and_its_files_are_pinned(repo: Path, tmp_path: Path) -> None:
+    files = [{"name": "0001.patch", "sha256": "d" * 64}, {"name": "0002.patch", "sha256": ""}]
+    done = plan_of(repo, tmp_path, sparkfold_image_series_ref={**SERIES, "files": files})
+    assert done.way == "build"
+    first, second = pin(done, "series 0001"), pin(done, "series 0002")
+    assert (first.value, first.source) == ("d" * 64, "inventory")
+    assert (second.value, second.source) == ("", "unresolved")
+    assert second.record_file == str(tmp_path / "pins" / f"series-{'c' * 40}.yml")
+    assert "vision" in done.supports
+
+
+def test_stock_tensorfold_is_the_opt_out_without_registry_or_series(repo: Path, tmp_path: Path) -> None:
+    done = plan_of(repo, tmp_path, sparkfold_image_tensorfold_commit=COMMIT)
+    assert done.way == "stock" and done.stop is None
+    assert (pin(done, "tensorfold").value, pin(done, "tensorfold").source) == (COMMIT, "inventory")
+    assert done.profile_name == "sparkfold-tensorfold:v0.6.0 (TensorFold v0.6.0 + patches/tensorfold/v0.6.0)"
+
+
+def test_a_ready_context_is_built_as_it_is(repo: Path, tmp_path: Path) -> None:
+    done = plan_of(
+        repo, tmp_path, sparkfold_image_source="context", sparkfold_image_context_dir="/ctx/standin"
+    )
+    assert (done.way, done.source, done.pins) == ("build", "context", ())
+
+
+@pytest.mark.parametrize(
+    ("inventory", "stop"),
+    [
+        ({"sparkfold_image_source": "context"}, "source"),
+        (
+            {
+                "sparkfold_image_source": "context",
+                "sparkfold_image_context_dir": "/c",
+                "sparkfold_image_registry_ref": PUBLISHED,
+            },
+            "source",
+        ),
+        ({"sparkfold_image_base": "nvcr.io/nvidia/pytorch:26.07-py3@sha256:12"}, "base_malformed"),
+        ({"sparkfold_image_base_digest_required": True}, "base_unpinned"),
+        ({"sparkfold_engine_tensorfold": {"image": "other:tag"}}, "settings"),
+        ({"sparkfold_image_registry_ref": "registry.example/tf:v1"}, "settings"),
+        ({"sparkfold_image_registry_ref": PUBLISHED}, "published_label"),
+    ],
+)
+def test_the_refusals_say_the_roles_words(
+    repo: Path, tmp_path: Path, inventory: dict[str, Any], stop: str
+) -> None:
+    done = plan_of(repo, tmp_path, **inventory)
+    head = STOPS[stop].split("{", 1)[0]
+    assert done.stop is not None and done.stop.startswith(head), done.stop
+    assert "{" not in done.stop.replace("{{index", ""), done.stop
+
+
+def test_the_unpinned_base_stop_says_how_to_find_the_digest(repo: Path, tmp_path: Path) -> None:
+    done = plan_of(repo, tmp_path, sparkfold_image_base_digest_required=True)
+    assert done.stop == (
+        f"sparkfold_image_base is the tag {BASE}, not a digest: a rebuild would take "
+        f"whatever it points to then. On the head: docker pull {BASE} && docker image "
+        f"inspect --format '{{{{index .RepoDigests 0}}}}' {BASE}; then set in "
+        "/inv/pair/group_vars/all/image.yml sparkfold_image_base: "
+        f'"{BASE}@sha256:<that digest>"'
+    )
+
+
+def record(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / "pins" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text + "\n")
+    return path
+
+
+def test_the_inventory_beats_the_record(repo: Path, tmp_path: Path) -> None:
+    record(tmp_path, "tensorfold-v0.6.0.commit", OTHER_COMMIT)
+    done = plan_of(repo, tmp_path, sparkfold_image_tensorfold_commit=COMMIT)
+    assert (pin(done, "tensorfold").value, pin(done, "tensorfold").source) == (COMMIT, "inventory")
+
+
+def test_the_record_holds_when_the_inventory_is_silent(repo: Path, tmp_path: Path) -> None:
+    commit_file = record(tmp_path, "tensorfold-v0.6.0.commit", OTHER_COMMIT)
+    base_file = record(tmp_path, "base-nvcr.io_nvidia_pytorch_26.07-py3.digest", DIGEST)
+    series_file = record(
+        tmp_path, f"series-{'c' * 40}.yml", yaml.safe_dump([{"name": "0001.patch", "sha256": "e" * 64}])
+    )
+    done = plan_of(
+        repo, tmp_path, {"tag_commit": COMMIT, "base_digest": OTHER_DIGEST}, sparkfold_image_series_ref=SERIES
+    )
+    assert [(p.value, p.source, p.record_file, p.record) for p in done.pins] == [
+        (OTHER_COMMIT, "recorded", str(commit_file), False),
+        (DIGEST, "recorded", str(base_file), False),
+        ("e" * 64, "recorded", str(series_file), False),
+    ]
+
+
+def test_neither_pins_what_the_head_resolved_now_and_records_it(repo: Path, tmp_path: Path) -> None:
+    probe = {"tag_commit": COMMIT, "base_digest": DIGEST, "fetched": {"0001.patch": "f" * 64}}
+    done = plan_of(repo, tmp_path, probe, sparkfold_image_series_ref=SERIES)
+    assert [(p.value, p.source, p.record) for p in done.pins] == [
+        (COMMIT, "resolved-now", True),
+        (DIGEST, "resolved-now", True),
+        ("f" * 64, "resolved-now", True),
+    ]
+    unresolved = plan_of(repo, tmp_path)
+    assert [(p.source, p.record) for p in unresolved.pins] == [("unresolved", False)] * 2
+
+
+def test_an_inventory_base_digest_unlike_the_record_stops(repo: Path, tmp_path: Path) -> None:
+    base_file = record(tmp_path, "base-nvcr.io_nvidia_pytorch_26.07-py3.digest", OTHER_DIGEST)
+    done = plan_of(repo, tmp_path, sparkfold_image_base=f"nvcr.io/nvidia/pytorch:26.07-py3@{DIGEST}")
+    assert done.stop == (
+        f"sparkfold_image_base pins {DIGEST}, but this control host recorded {OTHER_DIGEST} for "
+        f"{BASE} when it first used it ({base_file}): copy the recorded one into the "
+        f'inventory (sparkfold_image_base: "{BASE}@{OTHER_DIGEST}"), or, if the new '
+        "digest is meant (a newer base), delete that file and run again"
+    )
+
+
+def test_a_moved_tag_stops_a_due_build_and_not_a_current_image(repo: Path, tmp_path: Path) -> None:
+    commit_file = record(tmp_path, "tensorfold-v0.6.0.commit", COMMIT)
+    probe: dict[str, Any] = {"head": "h1", "hash": "9" * 64, "tag_commit": OTHER_COMMIT}
+    stale = plan_of(repo, tmp_path, {**probe, "nodes": {"h1": {"series_label": "8" * 64}}})
+    assert stale.stop is not None and stale.stop.startswith("the tag moved: v0.6.0 of ")
+    assert stale.stop.endswith(
+        f'sparkfold_image_tensorfold_commit: "{OTHER_COMMIT}" (and delete {commit_file})'
+    )
+    assert [(n.node, n.state) for n in stale.nodes] == [("h1", "stale")]
+    current = plan_of(repo, tmp_path, {**probe, "nodes": {"h1": {"series_label": "9" * 64}}})
+    assert current.stop is None and current.nodes[0].state == "current"
+
+
+def test_published_currency_is_the_digest_and_label(repo: Path, tmp_path: Path) -> None:
+    nodes = {
+        "h1": {"tf_patches": "a" * 12, "repo_digests": [f"registry.example/tf@{DIGEST}"]},
+        "w1": {"tf_patches": "a" * 12, "repo_digests": [f"registry.example/tf@{OTHER_DIGEST}"]},
+        "w2": {},
+        "w3": {"docker": False, "problem": "no daemon"},
+    }
+    done = plan_of(
+        repo,
+        tmp_path,
+        {"nodes": nodes},
+        sparkfold_image_registry_ref=PUBLISHED,
+        sparkfold_image_published_label="a" * 12,
+        sparkfold_image_docker_required=False,
+    )
+    assert [n.state for n in done.nodes] == ["current", "stale", "missing", "missing"]
+    required = plan_of(repo, tmp_path, {"nodes": nodes}, sparkfold_image_registry_ref=PUBLISHED)
+    assert required.stop == STOPS["docker"].format(node="w3", problem="no daemon")
+
+
+def test_a_missing_variable_is_named(repo: Path) -> None:
+    with pytest.raises(PlanError, match="sparkfold_image_base"):
+        ImageVars.from_mapping({"sparkfold_engine": "tensorfold"})
+
+
+def test_the_command_prints_the_plan(repo: Path, tmp_path: Path) -> None:
+    values = tmp_path / "vars.json"
+    values.write_text(
+        json.dumps(
+            {
+                **role_defaults(repo),
+                "sparkfold_engine": "tensorfold",
+                "sparkfold_image_base_digest_required": True,
+                "sparkfold_control_dir": str(tmp_path),
+                "inventory_dir": "/inv/pair",
+            }
+        )
+    )
+    runner = CliRunner()
+    as_json = runner.invoke(main, ["image", "plan", "--json", "--inventory-vars", str(values)])
+    assert as_json.exit_code == 1, as_json.output
+    found = json.loads(as_json.output)
+    assert found["way"] == "stock" and found["stop"].startswith("sparkfold_image_base is the tag")
+    assert found["pins"][0]["record_file"] == str(tmp_path / "pins/pair/tensorfold-v0.6.0.commit")
+    series = str(repo / "patches/tensorfold/v0.6.0/series")
+    text = runner.invoke(
+        main,
+        ["image", "plan", "--inventory-vars", str(values), "--records", str(tmp_path), "--series", series],
+    )
+    assert "way: stock (git)" in text.output and "stop: sparkfold_image_base is the tag" in text.output
+    broken = tmp_path / "broken.json"
+    broken.write_text("[1, 2]")
+    for option in ("--inventory-vars", "--probe"):
+        args = ["image", "plan", "--inventory-vars", str(values), option, str(broken)]
+        refused = runner.invoke(main, args)
+        assert refused.exit_code == 1 and f"{option} {broken}: not a mapping" in refused.output, (
+            refused.output
+        )
+    silent = tmp_path / "silent.json"
+    silent.write_text(json.dumps({"sparkfold_engine": "tensorfold"}))
+    lacking = runner.invoke(main, ["image", "plan", "--inventory-vars", str(silent)])
+    assert lacking.exit_code == 1 and "the image variables lack sparkfold_image_name" in lacking.output
+
+
+# Where the role keeps each stop's words today: (file under roles/sparkfold_image/, task name or var).
+ROLE_WORDS = {
+    "docker": ("tasks/docker.yml", "Stop if Docker does not answer on a node that must run the engine image"),
+    "source": ("tasks/source.yml", "Stop if the image source is not usable"),
+    "base_malformed": ("tasks/base.yml", "Stop if the base image's digest is malformed"),
+    "base_unpinned": ("vars/main.yml", "_sparkfold_image_unpinned_base"),
+    "base_mismatch": (
+        "tasks/base.yml",
+        "Stop if the inventory's base digest is not the one recorded at first use",
+    ),
+    "settings": ("tasks/hash.yml", "Stop if the image settings do not fit together"),
+    "published_label": ("tasks/pull.yml", "Stop if there is no label to accept the published image by"),
+    "tag_moved": ("tasks/build.yml", "Stop if the tag moved away from the pinned commit"),
+}
+_JINJA = re.compile(r"\{\{(?:'[^']*'|\"[^\"]*\"|[^'\"])*?\}\}")
+
+
+def role_message(repo: Path, file: str, name: str) -> str:
+    found = yaml.safe_load((repo / "roles/sparkfold_image" / file).read_text())
+    if isinstance(found, dict):
+        return str(found[name])
+    tasks = list(found)
+    while tasks:
+        task = tasks.pop()
+        tasks += task.get("block", []) + task.get("rescue", [])
+        if task.get("name") == name:
+            return str(task["ansible.builtin.assert"]["fail_msg"])
+    raise AssertionError(f"no task {name!r} in {file}")
+
+
+@pytest.mark.parametrize("stop", sorted(STOPS))
+def test_the_stops_keep_the_roles_words(repo: Path, stop: str) -> None:
+    """Every literal run of the role's message appears, in order, in the planner's (the role's Jinja
+    fields are the planner's format fields)."""
+    role = " ".join(role_message(repo, *ROLE_WORDS[stop]).split())
+    ours = " ".join(STOPS[stop].split())
+    at = 0
+    for literal in (part.strip() for part in _JINJA.split(role)):
+        found = ours.find(literal, at) if literal else at
+        assert found >= 0, f"{stop}: {literal!r} is not in {ours[at:]!r}"
+        at = found + len(literal)
