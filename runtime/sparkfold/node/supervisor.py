@@ -196,13 +196,20 @@ def _follow(settings: Settings, runner: Any, watch: PeerWatch | None) -> int:
     result = {"code": 0}
 
     def follow() -> None:
+        # Whatever ends the following ends the rank: a thread that died silently (a collective's
+        # "Connection reset by peer" when rank 0 was killed) left rank 1 active, its watchdog fed,
+        # and the restarted rank 0 waiting for it at rendezvous for ever.
         try:
             runner.follow()
             log.info("rank 0 stopped; exiting")
         except EngineFailure as exc:
             log.critical("%s", exc)
             result["code"] = 1
-        done.set()
+        except Exception:
+            log.exception("following rank 0 failed; exiting so systemd restarts this rank")
+            result["code"] = 1
+        finally:
+            done.set()
 
     def stop(signum: int, frame: object) -> None:
         log.info("signal %d: leaving", signum)
