@@ -5,7 +5,9 @@ The tests run in file order on one pair; each leaves the pair converged for the 
 
 from __future__ import annotations
 
+import json
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 
@@ -15,10 +17,12 @@ from testbed_kit import (
     API,
     HEAD,
     NODES,
+    SERVED_NAME,
     WORKER,
     Run,
     chat_answers,
     invocations,
+    overlay_meminfo,
     restarts_issued,
     ssh,
     starts_since,
@@ -67,8 +71,9 @@ def _units_active() -> bool:
 
 
 @pytest.fixture
-def serving(api_key: str) -> None:
-    """A converge restarts the worker's rank without waiting: let the pair settle first (bounded)."""
+def serving(first_converge: Run, api_key: str) -> None:
+    """A converge restarts the worker's rank without waiting: let the pair settle first (bounded).
+    (The first converge too, so that a test chosen with ``-k`` has a pair.)"""
     wait_for("both engine units and the gateway active", _units_active, timeout_s=600, every_s=3)
     wait_for("the API to answer", lambda: chat_answers(api_key), timeout_s=600, every_s=5)
 
@@ -116,6 +121,106 @@ def test_drill_kill_the_worker_engine(serving: None, api_key: str) -> None:
     )
     wait_for("the API to answer again", lambda: chat_answers(api_key), timeout_s=600, every_s=5)
     assert ssh(HEAD, "systemctl is-active sparkfold-engine sparkfold-api").split() == ["active", "active"]
+
+
+SPARKFOLD = "/opt/sparkfold/venv/bin/sparkfold"
+KILLS = "/var/lib/sparkfold/guard/memory-kills"  # the guard's record (sparkfold.node.guard)
+HOOK = "/usr/local/sbin/sparkfold-memory-kill"  # roles/sparkfold_guard
+DRILL = "/run/sparkfold-drill"
+DROP_IN = "/run/systemd/system/earlyoom.service.d/drill.conf"
+
+
+def _kills(node: str) -> int:
+    return int(ssh(node, f"cat {KILLS} 2>/dev/null | wc -l"))
+
+
+def _stream_until_it_ends(api_key: str, first: threading.Event, lines: list[str]) -> None:
+    body = {
+        "model": SERVED_NAME,
+        "stream": True,
+        "max_tokens": 512,
+        "messages": [{"role": "user", "content": "Count to 500."}],
+    }
+    headers = {"authorization": f"Bearer {api_key}"}
+    with httpx.stream(
+        "POST", f"{API}/v1/chat/completions", json=body, headers=headers, timeout=120
+    ) as response:
+        for line in response.iter_lines():
+            lines.append(line)
+            first.set()
+    first.set()
+
+
+def test_drill_the_memory_guard_kills_the_engine_first(serving: None, api_key: str) -> None:
+    """The head runs short of memory: its /proc/meminfo shows 100 MiB available, below the guard's
+    trigger (half of the testbed's 1 GiB reserve). The guard, earlyoom as converged, kills the engine
+    rank first; SSH and /health keep answering, the open stream ends with an error event, a new
+    request gets 503 + Retry-After, and the pair serves again with no hand; the kill is logged with
+    what to change, counted and shown by doctor. The figures are overlaid because a node sees the
+    host's memory (docs/testing.md says what that leaves unproven)."""
+    before, kills = unit(HEAD, "sparkfold-engine")["MainPID"], _kills(HEAD)
+    since = time.time()
+    short = overlay_meminfo(ssh(HEAD, "cat /proc/meminfo"), {"MemFree": 51_200, "MemAvailable": 102_400})
+    ssh(HEAD, f"mkdir -p {DRILL} && cat > {DRILL}/meminfo", stdin=short)
+    # The overlay is earlyoom's alone (a runtime drop-in, never the converged one): the guard as
+    # converged judges, picks and kills; the rest of the node keeps its memory. The overlay never
+    # recovers as a real node does after a kill, so the drill's copy of the hook first stops the
+    # guard (SIGSTOP, its parent): one kill, then the drop-in goes and the guard starts again.
+    hook = f"{{ echo '#!/bin/sh'; echo 'kill -STOP \"$PPID\"'; cat {HOOK}; }} > {DRILL}/hook"
+    ssh(HEAD, f"{hook} && chmod 0755 {DRILL}/hook && mkdir -p {DROP_IN.rsplit('/', 1)[0]}")
+    binds = f"BindReadOnlyPaths={DRILL}/meminfo:/proc/meminfo {DRILL}/hook:{HOOK}"
+    ssh(HEAD, f"cat > {DROP_IN}", stdin=f"[Service]\n{binds}\n")
+    first, lines = threading.Event(), []
+    stream = threading.Thread(target=_stream_until_it_ends, args=(api_key, first, lines), daemon=True)
+    stream.start()
+    assert first.wait(60) and lines[0].startswith("data: {") and '"error"' not in lines[0], lines
+    ssh(HEAD, "systemctl daemon-reload && systemctl restart earlyoom")
+    try:
+        deadline = time.monotonic() + 60
+        while _kills(HEAD) <= kills:  # each probe is an SSH login: SSH answers throughout
+            assert httpx.get(f"{API}/health", timeout=10).status_code in (200, 503)
+            guard = ssh(HEAD, "journalctl -u earlyoom -o cat -n 20", check=False)
+            assert time.monotonic() < deadline, f"the guard killed nothing in 60 s:\n{guard}"
+            time.sleep(0.5)
+        killed = ssh(HEAD, f"tail -n 1 {KILLS}").split(" ", 2)
+        assert killed[1] == before, f"the guard killed {killed}, not the engine rank {before}"
+        # While the engine is gone: SSH answers, /health answers (503, JSON), a new request is refused
+        # at once with Retry-After; the stream that was open ends with an error event.
+        refused = httpx.post(
+            f"{API}/v1/chat/completions",
+            json={"model": SERVED_NAME, "messages": [{"role": "user", "content": "hi"}]},
+            headers={"authorization": f"Bearer {api_key}"},
+            timeout=30,
+        )
+        assert refused.status_code == 503 and refused.headers["retry-after"] == "5", refused.text
+        assert httpx.get(f"{API}/health", timeout=10).status_code in (200, 503)
+        assert ssh(HEAD, "systemctl is-active sparkfold-api") == "active"
+        stream.join(120)
+        assert not stream.is_alive() and any('"error"' in line for line in lines), lines[-3:]
+        assert [line for line in lines if line][-1] == "data: [DONE]", lines[-3:]
+    finally:
+        ssh(HEAD, f"rm -rf {DROP_IN} {DRILL} && systemctl daemon-reload && systemctl restart earlyoom")
+    assert ssh(HEAD, "systemctl is-active earlyoom") == "active"
+    wait_for("the pair to serve again", lambda: chat_answers(api_key), timeout_s=600, every_s=5)
+    journal = ssh(HEAD, f"journalctl -u sparkfold-engine --since @{int(since)} -o cat --no-pager")
+    assert "the memory guard killed the engine rank (pid " + before in journal
+    assert "win back" in journal  # which setting, by how much
+    metrics = httpx.get(f"{API}/metrics", headers={"authorization": f"Bearer {api_key}"}, timeout=10).text
+    assert f"sparkfold_engine_memory_kills_total {kills + 1}.0" in metrics
+    doctor = json.loads(ssh(HEAD, f"{SPARKFOLD} doctor --json"))
+    memory = doctor["sections"]["memory"]
+    assert memory["data"]["guard_kills"] == kills + 1 and memory["ok"] is False
+    ssh(HEAD, f"rm -f {KILLS} {KILLS}.seen")
+
+
+def test_a_configuration_past_the_budget_stops_at_preflight(serving: None) -> None:
+    over = "sed 's/^reserve_gib = .*/reserve_gib = 100000.0/' /etc/sparkfold/sparkfold.toml > /run/over.toml"
+    text = ssh(
+        HEAD, f"{over} && {SPARKFOLD} preflight --config /run/over.toml; echo rc=$?; rm /run/over.toml"
+    )
+    assert text.endswith("rc=1"), text
+    assert "FAIL memory_budget: the engine does not fit this node: weights " in text
+    assert "less the 100000 reserve" in text and "win back" in text
 
 
 def _health() -> dict:

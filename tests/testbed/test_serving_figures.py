@@ -12,21 +12,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from testbed_kit import HEAD, WORKER, Run, play, ssh, wait_for
+from testbed_kit import HEAD, WORKER, Run, overlay_meminfo, play, ssh, wait_for
 
 # One testbed per session: the first test also waits for the first converge (minutes on a busy host).
 pytestmark = [pytest.mark.testbed, pytest.mark.slow, pytest.mark.netns, pytest.mark.timeout(1800)]
 GIB_KB = 1024 * 1024
 SERVING_SPARK = {"MemTotal": 121 * GIB_KB, "MemFree": 2 * GIB_KB, "MemAvailable": 8 * GIB_KB}
 NEEDS = {"sparkfold_preflight_min_memory_gib": 12}
-
-
-def meminfo(real: str) -> str:
-    lines = []
-    for line in real.splitlines():
-        field = line.split(":", 1)[0]
-        lines.append(f"{field}: {SERVING_SPARK[field]:>10} kB" if field in SERVING_SPARK else line)
-    return "\n".join(lines) + "\n"
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +30,7 @@ def serving_spark_memory(first_converge: Run, artifacts: Path) -> Iterator[None]
     play(artifacts / "serving-figures", "site.yml", extravars=NEEDS).must_succeed()
     wait_for("both ranks serving", engines_active, timeout_s=600, every_s=3)
     for node in (HEAD, WORKER):
-        fake = meminfo(ssh(node, "cat /proc/meminfo"))
+        fake = overlay_meminfo(ssh(node, "cat /proc/meminfo"), SERVING_SPARK)
         ssh(node, "cat > /run/serving-meminfo && mount --bind /run/serving-meminfo /proc/meminfo", stdin=fake)
     try:
         yield

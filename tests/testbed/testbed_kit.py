@@ -153,6 +153,15 @@ def wait_for(what: str, probe: Callable[[], bool], timeout_s: float = 300, every
     pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
 
 
+def overlay_meminfo(real: str, figures: dict[str, int]) -> str:
+    """``/proc/meminfo`` text with ``figures`` (field -> kB) in place of the node's own."""
+    lines = []
+    for line in real.splitlines():
+        field = line.split(":", 1)[0]
+        lines.append(f"{field}: {figures[field]:>10} kB" if field in figures else line)
+    return "\n".join(lines) + "\n"
+
+
 def chat_reply(api_key: str) -> str | None:
     """One chat completion through the gateway on the head (the OpenAI SDK); None when it fails."""
     from openai import OpenAI, OpenAIError
