@@ -47,13 +47,13 @@ def start_engine(
     context: int = 16_384,
     core_process: bool | None = None,
     media: dict[str, Any] | None = None,
-    state_dir: Path | None = None,
+    cache_dir: Path | None = None,
     **exllamav3: Any,
 ) -> tuple[str, EngineProcess]:
     """``sparkfold engine`` on the GPU with these ``[engine.exllamav3]`` keys; its URL once healthy.
 
     ``core_process``: ``[engine] core_process``; None leaves it to the default (on for one GPU).
-    ``media``: ``[engine.media]`` keys; ``state_dir``: ``[paths] state_dir`` (its compile caches)."""
+    ``media``: ``[engine.media]`` keys; ``cache_dir``: ``[paths] cache_dir`` (its compile caches)."""
     port = free_port()
     tp = int(exllamav3.pop("tp", 1))
     config = write_config(
@@ -73,11 +73,11 @@ def start_engine(
         if keys:
             lines = [f"[engine.{section}]"] + [f"{key} = {json.dumps(value)}" for key, value in keys.items()]
             config.write_text(config.read_text() + "\n".join(lines) + "\n")
-    if state_dir is not None:
-        config.write_text(config.read_text() + f'[paths]\nstate_dir = "{state_dir}"\n')
+    if cache_dir is not None:
+        config.write_text(config.read_text() + f'[paths]\ncache_dir = "{cache_dir}"\n')
     log_dir = Path(os.environ.get("SPARKFOLD_GPU_OUT") or tmp)
     env: dict[str, str | None] = {**child_env()}
-    if state_dir is not None:  # the engine points its compile caches into state_dir, not ours
+    if cache_dir is not None:  # the engine points its compile caches into cache_dir, not ours
         env |= dict.fromkeys(CACHES)
     proc = EngineProcess(config, log_dir / f"engine-{name}.log", env=env)
     url = f"http://127.0.0.1:{port}"

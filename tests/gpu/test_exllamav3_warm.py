@@ -1,6 +1,6 @@
 """After the engine says ready, nothing a request does compiles: the start paid it all.
 
-The engine points Triton's, torch inductor's and exllamav3's GEMM autotuner's caches into its state
+The engine points Triton's, torch inductor's and exllamav3's GEMM autotuner's caches into its cache
 directory (``sparkfold.engines.compile_cache``); on a first start they are empty, so whatever the
 start compiled lands there. Requests of every shape the engine serves (one short reply, a burst of
 ``parallel``, a prompt of several prefill chunks, a picture) must add nothing: a file that appears
@@ -34,7 +34,7 @@ def test_no_request_compiles_after_the_engine_said_ready(
     tmp_path: Path, exl3_model: Path, results: Results
 ) -> None:
     state = tmp_path / "state"
-    url, proc = start_engine(tmp_path, exl3_model, "warm", parallel=4, chunk_tokens=1024, state_dir=state)
+    url, proc = start_engine(tmp_path, exl3_model, "warm", parallel=4, chunk_tokens=1024, cache_dir=state)
     caches = state / "compile-cache"
     try:
         ready = _files(caches)

@@ -1,4 +1,4 @@
-"""Compile caches in the node's state directory, so a restart loads without compiling.
+"""Compile caches in the node's cache directory (``[paths] cache_dir``), so a restart loads without compiling.
 
 An engine's first start on a machine compiles: Triton's kernels (and, with ``cache_results``, its
 autotuner's choices), exllamav3's cooperative GEMM autotuner, torch's inductor. Each keeps its
@@ -10,7 +10,7 @@ which a systemd unit's private or fresh ``/tmp`` and a changing ``$HOME`` lose:
 - ``EXLLAMAV3_TUNE_CACHE``: exllamav3's cooperative GEMM autotuner, ``coop_autotune_v1.bin`` in
   that directory (``disk_cache_path`` in exllamav3_ext/quant/coop_autotune.cu, 1.6.5).
 
-:func:`use_compile_caches` points each at ``<state_dir>/compile-cache/<name>`` (a variable already
+:func:`use_compile_caches` points each at ``<cache_dir>/compile-cache/<name>`` (a variable already
 set is left as set), before the engine imports any of them (an engine core inherits the
 environment), and says whether this is a first start or a restart: a restart finds something
 cached.
@@ -34,13 +34,13 @@ CACHES = {
 }
 
 
-def use_compile_caches(state_dir: Path, env: MutableMapping[str, str] | None = None) -> str:
-    """Point the compilers' caches into ``state_dir``; ``"restart"`` when any of them already held
+def use_compile_caches(cache_dir: Path, env: MutableMapping[str, str] | None = None) -> str:
+    """Point the compilers' caches into ``cache_dir``; ``"restart"`` when any of them already held
     something, else ``"first"``. A folder that cannot be made leaves that cache at its default."""
     env = os.environ if env is None else env
     warm = False
     for variable, name in CACHES.items():
-        folder = Path(env.get(variable) or state_dir / "compile-cache" / name)
+        folder = Path(env.get(variable) or cache_dir / "compile-cache" / name)
         try:
             folder.mkdir(parents=True, exist_ok=True)  # exllamav3 takes a missing path for a file name
         except OSError as exc:

@@ -140,7 +140,7 @@ def run_rank(settings: Settings) -> int:
             f'engine.kind = {engine.kind!r} is not available yet in this build; use "transformers"'
         )
     notify(f"MAINPID={os.getpid()}", "STATUS=starting")
-    start = use_compile_caches(settings.paths.state_dir)
+    start = use_compile_caches(settings.paths.cache_dir)
     watch = start_peer_watch(settings, on_lost=_die)
     from sparkfold.engines.transformers.backend import load
     from sparkfold.engines.transformers.tensor_parallel import EngineMismatch, Rendezvous
@@ -176,7 +176,7 @@ def _run_single(settings: Settings) -> int:
     engine core of either engine (``[engine] core_process``: the engine in a child process)."""
     engine = settings.engine
     notify(f"MAINPID={os.getpid()}", "STATUS=starting")
-    start = use_compile_caches(settings.paths.state_dir)  # before the engine (or its core) imports Triton
+    start = use_compile_caches(settings.paths.cache_dir)  # before the engine (or its core) imports Triton
     http = _listen(engine.host, engine.port)
     notify("STATUS=loading")
     if engine.core_process:
