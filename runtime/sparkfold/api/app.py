@@ -41,6 +41,7 @@ from sparkfold.api.metrics import EngineLoad, MemoryKills, Metrics
 from sparkfold.api.middleware import Admission, Auth, BodyLimit, Observe, RequestId, ServerErrors
 from sparkfold.api.middleware.auth import is_preflight
 from sparkfold.api.model_names import ModelNames
+from sparkfold.api.models import ModelsServing
 from sparkfold.api.openai import routes as openai_routes
 from sparkfold.api.openai.serving import ChatServing, CompletionServing, UtilityServing
 from sparkfold.api.responses import routes as responses_routes
@@ -221,7 +222,8 @@ class App:
                 served_name=served,
                 names=names,
             ),
-            utility=UtilityServing(engine=engine, served_name=served, limits=chat.limits, names=names),
+            utility=UtilityServing(engine=engine, limits=chat.limits, names=names),
+            models=ModelsServing(engine=engine, served_name=served, names=names),
             messages=MessagesServing(chat=chat, engine=engine, seal=seal),
             responses=ResponsesServing(chat=chat, store=ResponseStore.from_settings(api), seal=seal),
             health=HealthServing(
