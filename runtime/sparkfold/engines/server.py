@@ -71,6 +71,13 @@ def _error(error: ErrorReply) -> JSONResponse:
     return JSONResponse(error.body().model_dump(), status_code=error.status)
 
 
+def _whole(answer: BaseModel | ErrorReply) -> JSONResponse:
+    """A whole (not streamed) reply, or its error."""
+    if isinstance(answer, ErrorReply):
+        return _error(answer)
+    return JSONResponse(answer.model_dump(exclude_none=True))
+
+
 async def _parse(request: Request, model: type[M]) -> M | ErrorReply:
     """The body as ``model``, or a 400 naming the first bad field."""
     try:
@@ -195,10 +202,7 @@ def create_app(service: EngineService, *, heartbeat_s: float = HEARTBEAT_S) -> D
             usage_chunk = bool(options.get("include_usage"))
             prompt_usage = bool(options.get("continuous_usage_stats"))
             return _stream(chat_stream(service, choices, usage_chunk, prompt_usage), pacing)
-        answer = await chat_reply(service, choices, body.return_token_ids)
-        if isinstance(answer, ErrorReply):
-            return _error(answer)
-        return JSONResponse(answer.model_dump(exclude_none=True))
+        return _whole(await chat_reply(service, choices, body.return_token_ids))
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
@@ -209,10 +213,7 @@ def create_app(service: EngineService, *, heartbeat_s: float = HEARTBEAT_S) -> D
         if body.stream:
             usage_chunk = bool((body.stream_options or {}).get("include_usage"))
             return _stream(completion_stream(service, choices, usage_chunk), pacing)
-        answer = await completion_reply(service, choices, body.return_token_ids)
-        if isinstance(answer, ErrorReply):
-            return _error(answer)
-        return JSONResponse(answer.model_dump(exclude_none=True))
+        return _whole(await completion_reply(service, choices, body.return_token_ids))
 
     return DirectRoutes(app, {"/v1/chat/completions": chat, "/v1/completions": completions})
 

@@ -22,21 +22,16 @@ import asyncio
 import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import Any
 
-from sparkfold.config import FORCED_CALLS_PER_TOOL
 from sparkfold.engines.capacity import Capacity
-from sparkfold.engines.chat_template import ChatRenderer
 from sparkfold.engines.generator import Generator
 from sparkfold.engines.metrics import EngineCounters
 from sparkfold.engines.outcome import Outcome
-from sparkfold.engines.output import ParserFactory, TextStream
+from sparkfold.engines.output import TextStream
 from sparkfold.engines.preparing import Prepared, RequestPreparer
 from sparkfold.engines.prompt_workers import PromptWorkers
 from sparkfold.protocol import EngineCapabilities, EngineHealth, PeerState
-
-if TYPE_CHECKING:
-    from sparkfold.glm.chat import GlmChat
 
 __all__ = ["EngineService"]
 
@@ -44,41 +39,22 @@ __all__ = ["EngineService"]
 class EngineService:
     """The engine protocol's logic over one :class:`Generator`.
 
-    The keyword arguments from ``served_name`` to ``forced_calls_per_tool`` (except
-    ``peer_state``) are :class:`~sparkfold.engines.preparing.RequestPreparer`'s; ``peer_state``
-    (from the node supervisor) fills ``/health``'s peer block.
+    ``peer_state`` (from the node supervisor) fills ``/health``'s peer block; every other keyword
+    (``served_name``, ``max_tokens``, ``seed``, ``thinking``, ``renderer`` …) is
+    :class:`~sparkfold.engines.preparing.RequestPreparer`'s.
     """
 
     def __init__(
         self,
         generator: Generator,
         *,
-        served_name: str,
-        max_tokens: int,
-        seed: int = 0,
-        thinking: bool = True,
-        renderer: ChatRenderer | None = None,
-        parser_factory: ParserFactory | None = None,
-        stop_token_ids: frozenset[int] = frozenset(),
         peer_state: Callable[[], PeerState | None] | None = None,
-        glm: GlmChat | None = None,
-        forced_calls_per_tool: int = FORCED_CALLS_PER_TOOL,
+        **preparing: Any,
     ) -> None:
         self.generator = generator
-        self.served_name = served_name
         self.peer_state = peer_state or (lambda: None)
-        self.requests = RequestPreparer(
-            generator,
-            served_name=served_name,
-            max_tokens=max_tokens,
-            seed=seed,
-            thinking=thinking,
-            renderer=renderer,
-            parser_factory=parser_factory,
-            stop_token_ids=stop_token_ids,
-            glm=glm,
-            forced_calls_per_tool=forced_calls_per_tool,
-        )
+        self.requests = RequestPreparer(generator, **preparing)
+        self.served_name = self.requests.served_name
         self.workers = PromptWorkers()
         self.counters = EngineCounters()
         self.capacity = Capacity(generator.parallel, lambda: self.counters.requests_running)
@@ -183,23 +159,16 @@ class EngineService:
 
     def health(self) -> EngineHealth:
         peer = self.peer_state()
-        c = self.counters
-        return EngineHealth(
-            ok=self.ready and self.generator.healthy() and (peer is None or peer.state != "lost"),
-            backend=self.generator.backend,
-            busy=c.requests_running > 0,
-            requests_running=c.requests_running,
-            requests_total=c.requests_total,
-            prompt_tokens_total=c.prompt_tokens_total,
-            completion_tokens_total=c.completion_tokens_total,
-            prefill_seconds_total=round(c.prefill_seconds_total, 6),
-            decode_seconds_total=round(c.decode_seconds_total, 6),
-            cached_tokens_total=c.cached_tokens_total,
-            drafted_total=c.drafted_total,
-            accepted_total=c.accepted_total,
-            context_length=self.generator.context_length,
-            streams=self.generator.parallel,
-            peer=peer,
-            pool=self.generator.pool_stats(),
-            stalled_s=round(stall, 3) if (stall := self.generator.stalled_s()) is not None else None,
+        return EngineHealth.model_validate(
+            {
+                "ok": self.ready and self.generator.healthy() and (peer is None or peer.state != "lost"),
+                "backend": self.generator.backend,
+                "busy": self.counters.requests_running > 0,
+                **self.counters.totals(),
+                "context_length": self.generator.context_length,
+                "streams": self.generator.parallel,
+                "peer": peer,
+                "pool": self.generator.pool_stats(),
+                "stalled_s": round(stall, 3) if (stall := self.generator.stalled_s()) is not None else None,
+            }
         )
