@@ -63,3 +63,59 @@ def test_a_floor_never_imports_one_above_it(layer: str, above: tuple[str, ...]) 
 def test_every_floor_is_there() -> None:
     """A floor renamed or moved would make its row above pass by finding no files."""
     assert all(sources(layer) for layer in FLOORS)
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_package_modules(path: Path, modules: set[str]) -> set[str]:
+    """The package's modules ``path`` imports: ``from a import b`` names ``a.b`` where that is a
+    module, ``a`` otherwise."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                found.add(
+                    f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in modules else node.module
+                )
+    return found & modules
+
+
+def test_no_modules_import_each_other_round_a_circle() -> None:
+    """Within a floor too: no module reaches itself through the imports of the modules it
+    imports, ``TYPE_CHECKING`` and lazy imports included (a circle held open by an import that
+    only a type checker runs is still a circle; the weights errors and their report were one).
+    A package's ``__init__`` re-exporting its own modules is not a circle."""
+    paths = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+    modules = set(paths)
+    graph = {
+        name: {
+            other
+            for other in imported_package_modules(path, modules)
+            if other != name and not (path.name == "__init__.py" and other.startswith(name + "."))
+        }
+        for name, path in paths.items()
+    }
+    circles: list[list[str]] = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    trail: list[str] = []
+
+    def visit(name: str) -> None:
+        state[name] = 1
+        trail.append(name)
+        for other in sorted(graph[name]):
+            if state.get(other) == 1:
+                circles.append([*trail[trail.index(other) :], other])
+            elif other not in state:
+                visit(other)
+        trail.pop()
+        state[name] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name)
+    assert not circles, [" -> ".join(circle) for circle in circles]

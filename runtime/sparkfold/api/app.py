@@ -41,6 +41,7 @@ from sparkfold.api.metrics import EngineLoad, MemoryKills, Metrics
 from sparkfold.api.middleware import Admission, Auth, BodyLimit, Observe, RequestId, ServerErrors
 from sparkfold.api.middleware.auth import is_preflight
 from sparkfold.api.model_names import ModelNames
+from sparkfold.api.models import ModelsServing
 from sparkfold.api.openai import routes as openai_routes
 from sparkfold.api.openai.serving import ChatServing, CompletionServing, UtilityServing
 from sparkfold.api.responses import routes as responses_routes
@@ -170,7 +171,12 @@ def _install_error_handlers(app: FastAPI, routes: Sequence[BaseRoute]) -> None:
 
 
 class App:
-    """The gateway as an ASGI application; ``gateway`` holds its long-lived objects."""
+    """The gateway as an ASGI application; ``gateway`` holds its long-lived objects.
+
+    ``peer_state``: the peer rank's state when the engine's ``/health`` has none;
+    ``engine_start``: what identifies the engine's current start (capabilities are asked once a start);
+    ``engine_load``: the serving rank's last cold load in seconds (``sparkfold_engine_load_seconds``);
+    ``memory_kills``: the memory guard's kills of this rank (``sparkfold_engine_memory_kills_total``)."""
 
     def __init__(
         self,
@@ -221,7 +227,8 @@ class App:
                 served_name=served,
                 names=names,
             ),
-            utility=UtilityServing(engine=engine, served_name=served, limits=chat.limits, names=names),
+            utility=UtilityServing(engine=engine, limits=chat.limits, names=names),
+            models=ModelsServing(engine=engine, served_name=served, names=names),
             messages=MessagesServing(chat=chat, engine=engine, seal=seal),
             responses=ResponsesServing(chat=chat, store=ResponseStore.from_settings(api), seal=seal),
             health=HealthServing(
@@ -263,24 +270,5 @@ class App:
         await self._stack(scope, receive, send)
 
 
-def create_app(
-    settings: Settings,
-    *,
-    connect: Connect | None = None,
-    peer_state: PeerSource | None = None,
-    engine_start: EngineStart | None = None,
-    engine_load: EngineLoad | None = None,
-    memory_kills: MemoryKills | None = None,
-) -> App:
-    """The gateway; ``peer_state``: the peer rank's state when the engine's ``/health`` has none;
-    ``engine_start``: what identifies the engine's current start (capabilities are asked once a start);
-    ``engine_load``: the serving rank's last cold load in seconds (``sparkfold_engine_load_seconds``);
-    ``memory_kills``: the memory guard's kills of this rank (``sparkfold_engine_memory_kills_total``)."""
-    return App(
-        settings,
-        connect=connect,
-        peer_state=peer_state,
-        engine_start=engine_start,
-        engine_load=engine_load,
-        memory_kills=memory_kills,
-    )
+create_app = App
+"""The gateway app: :class:`App` under the name the server and the tests call."""

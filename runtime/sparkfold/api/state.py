@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from sparkfold.api.keys import KeyStore
     from sparkfold.api.lanes import Lanes
     from sparkfold.api.metrics import Metrics
+    from sparkfold.api.models import ModelsServing
     from sparkfold.api.openai.serving import ChatServing, CompletionServing, UtilityServing
     from sparkfold.api.responses.serving import ResponsesServing
     from sparkfold.api.upstream import Engine
@@ -44,6 +45,7 @@ class Gateway:
     chat: ChatServing
     completion: CompletionServing
     utility: UtilityServing
+    models: ModelsServing
     messages: MessagesServing
     responses: ResponsesServing
     health: HealthServing

@@ -13,7 +13,10 @@ import contextlib
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
+
+from sparkfold.config import STALL_S
 
 if TYPE_CHECKING:
     from sparkfold.glm.chat import GlmChat
@@ -151,6 +154,11 @@ class Generator:
     """Whether it fills ``SamplingParams.logprobs_out``."""
     glm: GlmChat | None = None
     """GLM's protocol (prompts, parsers, grammar, pictures) for a GLM checkpoint."""
+    stall_s: float = STALL_S["ours"]
+    """Work pending this long without progress: the engine is wedged and ``healthy()`` false (an
+    engine that measures progress, :meth:`stalled_s`). Its server sets it from ``[engine] stall_s``."""
+    start_phases: Mapping[str, float] = MappingProxyType({})
+    """Seconds the engine's start took, by phase (``load_s``, ``warmup_s``), set by its loader."""
 
     @property
     def tokenizer(self) -> Any:

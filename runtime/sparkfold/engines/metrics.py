@@ -6,7 +6,7 @@ metrics through unchanged. Each server owns its registry (no process-global stat
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -96,6 +96,11 @@ class EngineCounters:
         self._cached.inc(cached)
         self._drafted.inc(drafted)
         self._accepted.inc(accepted)
+
+    def totals(self) -> dict[str, int | float]:
+        """The live totals by name, as ``/health`` reports them (seconds to the microsecond)."""
+        values = {spec.name: vars(self)[spec.name] for spec in fields(self) if spec.name != "registry"}
+        return {name: round(v, 6) if isinstance(v, float) else v for name, v in values.items()}
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

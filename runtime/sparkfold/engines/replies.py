@@ -15,9 +15,12 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+from sparkfold.engines.error_reply import ErrorReply, unavailable
 from sparkfold.engines.generator import CapacityError, EngineFailure, EngineGone
 from sparkfold.engines.logprobs import LogprobReader, chat_logprobs, completion_logprobs
-from sparkfold.engines.service import EngineService, ErrorReply, Outcome, Prepared, unavailable
+from sparkfold.engines.outcome import Outcome
+from sparkfold.engines.preparing import Prepared
+from sparkfold.engines.service import EngineService
 from sparkfold.glm.errors import GrammarDeadEnd, without_addresses
 from sparkfold.protocol import (
     ChatCompletion,

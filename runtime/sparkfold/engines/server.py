@@ -1,7 +1,7 @@
 """The HTTP side of the engine protocol for our own engines (``docs/engine-protocol.md``).
 
 :func:`create_app` wires an :class:`~sparkfold.engines.service.EngineService` to routes: HTTP
-only. :class:`~sparkfold.engines.service.ErrorReply` values become their status with the OpenAI
+only. :class:`~sparkfold.engines.error_reply.ErrorReply` values become their status with the OpenAI
 error body; the generating routes' JSON and SSE (role delta first, content deltas, a final chunk
 with ``finish_reason``, the ``tensorfold`` stats block and ``usage``, then ``data: [DONE]``; one
 choice after another when there are several) are built in :mod:`sparkfold.engines.replies`.
@@ -9,9 +9,9 @@ Bodies are parsed here, not by FastAPI, so every client mistake is a 400 that na
 
 Every generating route runs under :class:`~sparkfold.asgi.DirectRoutes`' cancellation (a client
 that leaves stops its generation, streamed or not); prompt work runs off the event loop
-(:meth:`EngineService.off_loop`); a stream that has sent nothing for :data:`HEARTBEAT_S` gets a
-``: keepalive`` comment while the engine makes progress (a long prompt is being read), so the
-gateway and any proxy in between know the engine is alive.
+(:class:`~sparkfold.engines.prompt_workers.PromptWorkers`); a stream that has sent nothing for
+:data:`HEARTBEAT_S` gets a ``: keepalive`` comment while the engine makes progress (a long prompt
+is being read), so the gateway and any proxy in between know the engine is alive.
 """
 
 from __future__ import annotations
@@ -35,8 +35,9 @@ from sparkfold.asgi import (
     StreamResponse,
     methods_on,
 )
+from sparkfold.engines.error_reply import ErrorReply
 from sparkfold.engines.replies import chat_reply, chat_stream, completion_reply, completion_stream
-from sparkfold.engines.service import EngineService, ErrorReply
+from sparkfold.engines.service import EngineService
 from sparkfold.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -70,6 +71,13 @@ def _error(error: ErrorReply) -> JSONResponse:
     return JSONResponse(error.body().model_dump(), status_code=error.status)
 
 
+def _whole(answer: BaseModel | ErrorReply) -> JSONResponse:
+    """A whole (not streamed) reply, or its error."""
+    if isinstance(answer, ErrorReply):
+        return _error(answer)
+    return JSONResponse(answer.model_dump(exclude_none=True))
+
+
 async def _parse(request: Request, model: type[M]) -> M | ErrorReply:
     """The body as ``model``, or a 400 naming the first bad field."""
     try:
@@ -96,10 +104,10 @@ async def _admit(
     body = await _parse(request, model)
     if isinstance(body, ErrorReply):
         return _error(body)
-    prepared = await service.off_loop(prepare, body, body_bytes=len(await request.body()))
+    prepared = await service.workers.run(prepare, body, body_bytes=len(await request.body()))
     if isinstance(prepared, ErrorReply):
         return _error(prepared)
-    refused = await service.wait_for_lane()
+    refused = await service.capacity.wait_for_lane()
     if refused is not None:
         return _error(refused)
     return body, prepared
@@ -155,15 +163,17 @@ def create_app(service: EngineService, *, heartbeat_s: float = HEARTBEAT_S) -> D
                 chat_template_kwargs=body.chat_template_kwargs,
                 reasoning_effort=body.reasoning_effort,
             )
-            rendered = await service.off_loop(service.tokenize_chat, chat)
+            rendered = await service.workers.run(service.requests.tokenize_chat, chat)
             if isinstance(rendered, ErrorReply):
                 return _error(rendered)
             ids = rendered
         elif body.prompt is not None:
-            ids = await service.off_loop(_encode, service, body.prompt, body.add_special_tokens)
+            ids = await service.workers.run(_encode, service, body.prompt, body.add_special_tokens)
         else:
             return _error(ErrorReply(400, "give either prompt or messages", "prompt"))
-        strs = await service.off_loop(service.generator.token_strs, ids) if body.return_token_strs else None
+        strs = None
+        if body.return_token_strs:
+            strs = await service.workers.run(service.generator.token_strs, ids)
         answer = TokenizeResponse(
             count=len(ids), max_model_len=service.generator.context_length, tokens=ids, token_strs=strs
         )
@@ -175,14 +185,15 @@ def create_app(service: EngineService, *, heartbeat_s: float = HEARTBEAT_S) -> D
         body = await _parse(request, DetokenizeRequest)
         if isinstance(body, ErrorReply):
             return _error(body)
-        bad = service.invalid_token_ids(body.tokens)
+        bad = service.requests.invalid_token_ids(body.tokens)
         if bad:
             return _error(ErrorReply(400, bad, "tokens"))
         return JSONResponse(DetokenizeResponse(prompt=service.generator.decode(body.tokens)).model_dump())
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Response:
-        admitted = await _admit(service, request, ChatCompletionRequest, service.prepare_chat_choices)
+        prepare = service.requests.prepare_chat_choices
+        admitted = await _admit(service, request, ChatCompletionRequest, prepare)
         if isinstance(admitted, JSONResponse):
             return admitted
         body, choices = admitted
@@ -191,27 +202,21 @@ def create_app(service: EngineService, *, heartbeat_s: float = HEARTBEAT_S) -> D
             usage_chunk = bool(options.get("include_usage"))
             prompt_usage = bool(options.get("continuous_usage_stats"))
             return _stream(chat_stream(service, choices, usage_chunk, prompt_usage), pacing)
-        answer = await chat_reply(service, choices, body.return_token_ids)
-        if isinstance(answer, ErrorReply):
-            return _error(answer)
-        return JSONResponse(answer.model_dump(exclude_none=True))
+        return _whole(await chat_reply(service, choices, body.return_token_ids))
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
-        admitted = await _admit(service, request, CompletionRequest, service.prepare_completion)
+        admitted = await _admit(service, request, CompletionRequest, service.requests.prepare_completion)
         if isinstance(admitted, JSONResponse):
             return admitted
         body, choices = admitted
         if body.stream:
             usage_chunk = bool((body.stream_options or {}).get("include_usage"))
             return _stream(completion_stream(service, choices, usage_chunk), pacing)
-        answer = await completion_reply(service, choices, body.return_token_ids)
-        if isinstance(answer, ErrorReply):
-            return _error(answer)
-        return JSONResponse(answer.model_dump(exclude_none=True))
+        return _whole(await completion_reply(service, choices, body.return_token_ids))
 
     return DirectRoutes(app, {"/v1/chat/completions": chat, "/v1/completions": completions})
 
 
 def _encode(service: EngineService, text: str, add_special_tokens: bool) -> list[int]:
-    return service.encode(text, add_special_tokens=add_special_tokens)
+    return service.requests.encode(text, add_special_tokens=add_special_tokens)

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from sparkfold.config import EngineSettings
+
+if TYPE_CHECKING:
+    from sparkfold.engines.generator import Generator
 
 __all__ = ["EngineUnavailable", "RankError", "load_engine"]
 
@@ -27,7 +30,7 @@ class EngineUnavailable(RankError):
     """``engine.kind`` names an engine this build cannot run yet."""
 
 
-def load_engine(engine: EngineSettings, on_fatal: Callable[[str], None]) -> Any:
+def load_engine(engine: EngineSettings, on_fatal: Callable[[str], None]) -> Generator:
     """The generator of a rank 0 without a peer process: exllamav3, or transformers with ``tp = 1``.
 
     What the rank supervisor loads in its own process, and an engine core (``[engine] core_process``)
@@ -41,8 +44,8 @@ def load_engine(engine: EngineSettings, on_fatal: Callable[[str], None]) -> Any:
         except (FileNotFoundError, ValueError) as exc:
             raise RankError(str(exc)) from None
         log.info("loaded %s in %.1f s", loaded_t.source.describe(), loaded_t.load_s)
-        if loaded_t.generator is not None:
-            loaded_t.generator.start_phases = {"load_s": round(loaded_t.load_s, 2)}
+        assert loaded_t.generator is not None  # rank 0 of tp = 1 always serves
+        loaded_t.generator.start_phases = {"load_s": round(loaded_t.load_s, 2)}
         return loaded_t.generator
     from sparkfold.engines.exllamav3 import Exllamav3Unavailable, PoolTooSmall, load
 

@@ -105,8 +105,6 @@ class ThreadedEngine(HfTokenizer, Generic[J]):
     """How long an idle engine thread waits for a job before it calls :meth:`_idle`."""
     gather_s = 0.0
     """An idle engine that just got a job keeps admitting until none came for this long (0: off)."""
-    stall_s = 300.0
-    """Work pending this long with no step completed: the engine is wedged (``healthy()`` is false)."""
     _fatal: str | None = None
     _on_fatal: Callable[[str], None] | None = None
 
@@ -121,8 +119,6 @@ class ThreadedEngine(HfTokenizer, Generic[J]):
         self._progress_at = time.monotonic()
         """When the engine thread last completed a step or found nothing to do."""
         self.steps_total = 0
-        self.start_phases: dict[str, float] = {}
-        """Seconds this engine's start took, by phase (``load_s``, ``warmup_s``), set by its loader."""
         self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
         self._thread.start()
 

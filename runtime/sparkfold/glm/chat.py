@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparkfold.config import FORCED_CALLS_PER_TOOL
 from sparkfold.glm.errors import MediaError
@@ -33,6 +33,9 @@ from sparkfold.glm.parser import GlmParser
 from sparkfold.glm.render import PromptRenderer, RenderedPrompt
 from sparkfold.glm.tokens import STOP_TOKENS, THINK_END
 from sparkfold.protocol import Delta
+
+if TYPE_CHECKING:
+    from sparkfold.config import EngineSettings
 
 __all__ = ["GlmChat", "GlmTurn", "StreamParser", "forced_call_cap", "is_glm_model"]
 
@@ -128,6 +131,20 @@ class GlmChat:
         self.default_thinking = default_thinking
         self.model_name = model_name
         self.forced_calls_per_tool = forced_calls_per_tool
+
+    @classmethod
+    def for_engine(cls, settings: EngineSettings, tokenizer: Any, **checkpoint: Any) -> GlmChat:
+        """The GLM protocol as an engine's settings ask for it (``[engine.media]``'s limits,
+        ``thinking``, ``served_name``, ``forced_calls_per_tool``); ``checkpoint``: what the loaded
+        model brings (``model_dir``, ``vocab_size``, the processors, ``has_vision``)."""
+        return cls(
+            tokenizer,
+            limits=MediaLimits.from_settings(settings.media),
+            default_thinking=settings.thinking,
+            model_name=settings.served_name,
+            forced_calls_per_tool=settings.forced_calls_per_tool,
+            **checkpoint,
+        )
 
     @cached_property
     def grammar(self) -> Any:

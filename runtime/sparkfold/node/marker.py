@@ -26,9 +26,12 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparkfold.config import Settings, engine_fingerprint
+
+if TYPE_CHECKING:
+    from sparkfold.engines.generator import Generator
 
 __all__ = [
     "MARKER",
@@ -88,10 +91,10 @@ def read_record(name: str, root: Path = Path("/")) -> dict[str, Any] | None:
     return data if alive and isinstance(data, dict) else None
 
 
-def start_phases(generator: object, first_token_s: float) -> dict[str, float]:
+def start_phases(generator: Generator, first_token_s: float) -> dict[str, float]:
     """The start's phases: the engine's own (``load_s``, ``warmup_s``: ``start_phases`` of its
     generator) and the start-up probe's ``first_token_s``."""
-    phases = dict(getattr(generator, "start_phases", None) or {})
+    phases = dict(generator.start_phases)
     return {**phases, "first_token_s": round(first_token_s, 2)}
 
 

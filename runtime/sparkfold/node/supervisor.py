@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparkfold.config import Settings
 from sparkfold.engines.compile_cache import use_compile_caches
@@ -30,6 +30,9 @@ from sparkfold.node.marker import describe_start, mark_serving, process_age_s, s
 from sparkfold.node.notify import notify, watchdog_interval_s
 from sparkfold.node.peer import HEARTBEAT_PORT_OFFSET, PeerWatch, start_peer_watch
 from sparkfold.protocol import PeerState
+
+if TYPE_CHECKING:
+    from sparkfold.engines.generator import Generator
 
 __all__ = ["describe", "feed_watchdog", "run_rank"]
 
@@ -182,7 +185,7 @@ def _run_single(settings: Settings) -> int:
     if engine.core_process:
         from sparkfold.engines.core.client import CoreClient
 
-        generator: Any = CoreClient.start(engine)
+        generator: Generator = CoreClient.start(engine)
     else:
         generator = load_engine(engine, _die)
     return asyncio.run(_serve(settings, generator, None, http, start))
@@ -257,7 +260,7 @@ def _no_signal_capture() -> Iterator[None]:
 
 
 async def _serve(
-    settings: Settings, generator: Any, watch: PeerWatch | None, http: socket.socket, start: str
+    settings: Settings, generator: Generator, watch: PeerWatch | None, http: socket.socket, start: str
 ) -> int:
     """Rank 0: the engine server until SIGTERM (drain, then 0); ``start``: ``first`` or ``restart``
     (:func:`~sparkfold.engines.compile_cache.use_compile_caches`)."""
@@ -267,8 +270,7 @@ async def _serve(
     from sparkfold.engines.service import EngineService
 
     engine = settings.engine
-    if hasattr(generator, "stall_s"):
-        generator.stall_s = engine.stall_s  # liveness from progress (ThreadedEngine.stalled_s)
+    generator.stall_s = engine.stall_s  # liveness from progress (ThreadedEngine.stalled_s)
     service = EngineService(
         generator,
         served_name=engine.served_name,

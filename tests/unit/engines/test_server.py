@@ -423,10 +423,10 @@ def test_several_choices_keep_their_one_lane(fake: FakeGenerator) -> None:
         b = threading.Thread(target=post, args=("b", second))
         b.start()
         for _ in range(1000):  # bounded: until the second request waits for the lane
-            if service._lane_waiters:
+            if service.capacity.waiters:
                 break
             time.sleep(0.01)
-        queued = bool(service._lane_waiters)
+        queued = bool(service.capacity.waiters)
         gate.set()
         a.join(timeout=30)
         b.join(timeout=30)
@@ -455,7 +455,7 @@ def test_a_short_request_is_not_prepared_behind_a_long_prompt(fake: FakeGenerato
     thread nor the short requests that arrive meanwhile: they are prepared beside it."""
     import httpx
 
-    from sparkfold.engines.service import LONG_BODY_BYTES
+    from sparkfold.engines.prompt_workers import LONG_BODY_BYTES
 
     release, reading = threading.Event(), threading.Event()
     plain = fake.encode

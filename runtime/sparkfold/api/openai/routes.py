@@ -1,7 +1,6 @@
 """HTTP wiring of the OpenAI routes: look up the serving object, call it, map the result.
 
-The model routes are Anthropic's path too: an Anthropic client gets Anthropic's shape
-(:mod:`sparkfold.api.models`).
+The model routes are Anthropic's path too: :mod:`sparkfold.api.models` answers both dialects.
 """
 
 from __future__ import annotations
@@ -10,7 +9,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from sparkfold.api.context import CallContext
-from sparkfold.api.models import model_info, model_page, wants_anthropic
+from sparkfold.api.models import wants_anthropic
 from sparkfold.api.openai.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -34,9 +33,7 @@ def _call(request: Request) -> CallContext:
 @router.get("/v1/models", response_model=ModelList, responses=ERROR_RESPONSES, tags=["openai"])
 @router.get("/models", include_in_schema=False)  # TensorFold's alias
 async def list_models(request: Request) -> Response:
-    listed = await gateway(request).utility.models()
-    if wants_anthropic(request.headers) and isinstance(listed, dict):
-        listed = model_page(listed)
+    listed = await gateway(request).models.models(anthropic=wants_anthropic(request.headers))
     return respond(listed, request.scope["path"])
 
 
@@ -44,9 +41,7 @@ async def list_models(request: Request) -> Response:
     "/v1/models/{model_id:path}", response_model=ModelCard, responses=ERROR_RESPONSES, tags=["openai"]
 )
 async def get_model(model_id: str, request: Request) -> Response:
-    card = await gateway(request).utility.model(model_id)
-    if wants_anthropic(request.headers) and isinstance(card, dict):
-        card = model_info(card)
+    card = await gateway(request).models.model(model_id, anthropic=wants_anthropic(request.headers))
     return respond(card, request.scope["path"])
 
 

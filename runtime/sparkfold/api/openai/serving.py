@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from sparkfold.api.capabilities import Capabilities
 from sparkfold.api.chat_stream import DONE, ChatEvent, ChatStream
 from sparkfold.api.context import CallContext
-from sparkfold.api.errors import ApiError, ClientError, InvalidRequest, NotFound
+from sparkfold.api.errors import ApiError, ClientError, InvalidRequest
 from sparkfold.api.lanes import at_the_head
 from sparkfold.api.limits import MediaLimits, check_media
 from sparkfold.api.metrics import Metrics
@@ -26,7 +26,6 @@ from sparkfold.api.openai.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
     DetokenizeRequest,
-    ModelList,
     TokenizeRequest,
 )
 from sparkfold.api.reasoning import ReasoningControls, resolve_reasoning
@@ -331,45 +330,13 @@ class CompletionServing:
 
 
 class UtilityServing:
-    """Models and the tokenizer routes: checked, then answered by the engine."""
+    """The tokenizer routes: checked, then answered by the engine (the model routes:
+    :class:`~sparkfold.api.models.ModelsServing`)."""
 
-    def __init__(
-        self,
-        *,
-        engine: Engine,
-        served_name: str,
-        limits: MediaLimits | None = None,
-        names: ModelNames | None = None,
-    ) -> None:
+    def __init__(self, *, engine: Engine, names: ModelNames, limits: MediaLimits | None = None) -> None:
         self.engine = engine
-        self.served_name = served_name
         self.limits = limits
-        self.names = names or ModelNames(served_name)
-
-    async def models(self) -> dict[str, Any] | ApiError:
-        """The engine's model list, typed (a card without ``created``, TensorFold's, gets one),
-        and a card per ``[api] model_aliases`` entry."""
-        try:
-            listed = await self.engine.get_reply("/v1/models", ModelList)
-        except ApiError as error:
-            return error
-        return self.names.with_aliases(listed.model_dump(mode="json", exclude_none=True))
-
-    async def model(self, model_id: str) -> dict[str, Any] | ApiError:
-        """One model card of the engine's ``/v1/models`` (an alias: the served card under its
-        name), or 404."""
-        listed = await self.models()
-        if isinstance(listed, ApiError):
-            return listed
-        wanted = self.names.engine_name(model_id)
-        for card in listed.get("data") or []:
-            if isinstance(card, dict) and card.get("id") == wanted:
-                return {**card, "id": model_id}
-        return NotFound(
-            f"The model `{model_id}` does not exist; this server serves `{self.served_name}`.",
-            param="model",
-            code="model_not_found",
-        )
+        self.names = names
 
     async def tokenize(self, request: TokenizeRequest, call: CallContext) -> dict[str, Any] | ApiError:
         if (request.prompt is None) == (request.messages is None):

@@ -74,14 +74,13 @@ class CoreClient(HfTokenizer):
         self.eos_token_ids: frozenset[int] = info["eos_token_ids"]
         self.vocab_size: int = info["vocab_size"]
         self.tp: int = info["tp"]
-        self.start_phases: dict[str, float] = info.get("start_phases") or {}
+        self.start_phases = info.get("start_phases") or {}
         """The core's load and warm-up seconds (``sparkfold.engines.startup.load_engine``)."""
         self.supports_logprobs: bool = info["supports_logprobs"]
         self.pictures_merge_size: int | None = info.get("pictures_merge_size")
         """Set when the core's engine has a vision tower (exllamav3): :meth:`measure_pictures` works."""
         self.pictures_temporal_patch_size: int = info.get("pictures_temporal_patch_size") or 2
         """Frames per temporal group of that tower (a clip's groups in the prompt)."""
-        self.stall_s = 300.0
         self.glm: Any = None
         self._status: dict[str, Any] = info["status"]
         self._status_at = time.monotonic()

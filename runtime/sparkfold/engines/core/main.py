@@ -144,7 +144,7 @@ def _ready_info(generator: Generator) -> dict[str, Any]:
         "pictures_temporal_patch_size": pictures.temporal_patch_size if pictures is not None else None,
         "pid": os.getpid(),
         "status": _status(generator),
-        "start_phases": getattr(generator, "start_phases", {}),
+        "start_phases": dict(generator.start_phases),
     }
 
 
@@ -230,8 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         log.exception("the engine core could not load")
         core_wire.send(conn, core_wire.Failed(False, f"the engine could not load: {exc}"))
         return 1
-    if hasattr(generator, "stall_s"):
-        generator.stall_s = settings.stall_s
+    generator.stall_s = settings.stall_s
     core_wire.send(conn, core_wire.Ready(_ready_info(generator)))
     serve(conn, generator)
     return 0

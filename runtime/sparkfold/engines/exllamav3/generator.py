@@ -283,7 +283,8 @@ class Exllamav3Generator(ThreadedEngine[_Request]):
                 request.emit(int(token))
         if not done:
             return
-        dead_end = getattr(request.params.constraint, "dead_end", None)
+        constraint = request.params.constraint
+        dead_end = None if constraint is None else constraint.dead_end
         if dead_end is not None:  # the filter offered the stops only: the reply ends with the error
             self._end(request, dead_end)
             return

@@ -154,22 +154,18 @@ def _glm_chat(
     settings: EngineSettings, directory: Path, tokenizer: Any, vocab_size: int, preprocessor: Any = None
 ) -> Any:
     from sparkfold.glm.chat import GlmChat, is_glm_model
-    from sparkfold.glm.media import MediaLimits
 
     root = json.loads((directory / "config.json").read_text(encoding="utf-8"))
     if not is_glm_model(root):
         return None
-    return GlmChat(
+    return GlmChat.for_engine(
+        settings,
         tokenizer,
         model_dir=directory,
         vocab_size=vocab_size,
         image_processor=preprocessor,
         video_processor=preprocessor,  # one tower measures pictures and clips (vision.py)
         has_vision=preprocessor is not None,
-        limits=MediaLimits.from_settings(settings.media),
-        default_thinking=settings.thinking,
-        model_name=settings.served_name,
-        forced_calls_per_tool=settings.forced_calls_per_tool,
     )
 
 

@@ -84,7 +84,6 @@ def server_side(settings: EngineSettings) -> tuple[Any, Any]:
 def _glm_chat(settings: EngineSettings, source: ModelSource, config: Any, tokenizer: Any) -> Any:
     """The GLM protocol for a GLM checkpoint (``sparkfold.glm.chat.GlmChat``), else ``None``."""
     from sparkfold.glm.chat import GlmChat, is_glm_model
-    from sparkfold.glm.media import MediaLimits
 
     if not is_glm_model(config):
         return None
@@ -101,17 +100,14 @@ def _glm_chat(settings: EngineSettings, source: ModelSource, config: Any, tokeni
         except (ImportError, ValueError, OSError) as exc:  # torchvision missing: images only
             log.warning("video input disabled: %s", str(exc).strip().splitlines()[0])
     text = getattr(config, "text_config", config)
-    return GlmChat(
+    return GlmChat.for_engine(
+        settings,
         tokenizer,
         model_dir=source.path,
         vocab_size=text.vocab_size,
         image_processor=image_processor,
         video_processor=video_processor,
         has_vision=has_vision,
-        limits=MediaLimits.from_settings(settings.media),
-        default_thinking=settings.thinking,
-        model_name=settings.served_name,
-        forced_calls_per_tool=settings.forced_calls_per_tool,
     )
 
 
