@@ -165,7 +165,7 @@ def test_not_ready_in_time_leaves_it_running(
 ) -> None:
     settings = settings_for(repo, tmp_path, "worker", env={"FAKE_TENSORFOLD_LOAD_S": "60"})
     rank = launch(settings, env, started)
-    with pytest.raises(RankStartError, match="rank 1 not ready after 0 s"):
+    with pytest.raises(RankStartError, match=r"rank 1 not ready after \d+ s"):
         rank.wait_ready(0.2, poll_s=0.05)
     assert rank.returncode is None
     deadline = time.monotonic() + DEADLINE_S
