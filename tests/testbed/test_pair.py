@@ -26,6 +26,7 @@ from testbed_kit import (
     restarts_issued,
     ssh,
     starts_since,
+    stream_chat,
     unit,
     wait_for,
 )
@@ -134,23 +135,6 @@ def _kills(node: str) -> int:
     return int(ssh(node, f"cat {KILLS} 2>/dev/null | wc -l"))
 
 
-def _stream_until_it_ends(api_key: str, first: threading.Event, lines: list[str]) -> None:
-    body = {
-        "model": SERVED_NAME,
-        "stream": True,
-        "max_tokens": 512,
-        "messages": [{"role": "user", "content": "Count to 500."}],
-    }
-    headers = {"authorization": f"Bearer {api_key}"}
-    with httpx.stream(
-        "POST", f"{API}/v1/chat/completions", json=body, headers=headers, timeout=120
-    ) as response:
-        for line in response.iter_lines():
-            lines.append(line)
-            first.set()
-    first.set()
-
-
 def test_drill_the_memory_guard_kills_the_engine_first(serving: None, api_key: str) -> None:
     """The head runs short of memory: its /proc/meminfo shows 100 MiB available, below the guard's
     trigger (half of the testbed's 1 GiB reserve). The guard, earlyoom as converged, kills the engine
@@ -171,7 +155,7 @@ def test_drill_the_memory_guard_kills_the_engine_first(serving: None, api_key: s
     binds = f"BindReadOnlyPaths={DRILL}/meminfo:/proc/meminfo {DRILL}/hook:{HOOK}"
     ssh(HEAD, f"cat > {DROP_IN}", stdin=f"[Service]\n{binds}\n")
     first, lines = threading.Event(), []
-    stream = threading.Thread(target=_stream_until_it_ends, args=(api_key, first, lines), daemon=True)
+    stream = threading.Thread(target=stream_chat, args=(api_key, lines, first), daemon=True)
     stream.start()
     assert first.wait(60) and lines[0].startswith("data: {") and '"error"' not in lines[0], lines
     ssh(HEAD, "systemctl daemon-reload && systemctl restart earlyoom")
