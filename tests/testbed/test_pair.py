@@ -18,6 +18,7 @@ from testbed_kit import (
     HEAD,
     NODES,
     SERVED_NAME,
+    SPARKFOLD,
     WORKER,
     Run,
     chat_answers,
@@ -124,7 +125,6 @@ def test_drill_kill_the_worker_engine(serving: None, api_key: str) -> None:
     assert ssh(HEAD, "systemctl is-active sparkfold-engine sparkfold-api").split() == ["active", "active"]
 
 
-SPARKFOLD = "/opt/sparkfold/venv/bin/sparkfold"
 KILLS = "/var/lib/sparkfold/guard/memory-kills"  # the guard's record (sparkfold.node.guard)
 HOOK = "/usr/local/sbin/sparkfold-memory-kill"  # roles/sparkfold_guard
 DRILL = "/run/sparkfold-drill"

@@ -27,6 +27,7 @@ ADMIN = "sparkfold-admin"  # inventory/testbed/hosts.yml: the nodes' admin login
 API = f"http://{HEAD}:8888"
 SERVED_NAME = "SmolLM2-135M-Instruct"  # inventory/testbed: the same name for either engine kind
 NODES = {"sftb-head", "sftb-worker"}  # inventory/testbed: the pair's host names
+SPARKFOLD = "/opt/sparkfold/venv/bin/sparkfold"  # the nodes' command (roles/sparkfold_runtime)
 
 
 @dataclass
@@ -220,6 +221,11 @@ def stream_chat(api_key: str, lines: list[str], opened: threading.Event | None =
 
 def chat_answers(api_key: str) -> bool:
     return chat_reply(api_key) is not None
+
+
+def installed_version(address: str) -> str:
+    """What ``sparkfold --version`` of the node's venv says (``sparkfold 0.4.0 (commit b99afa61d)``)."""
+    return ssh(address, f"{SPARKFOLD} --version")
 
 
 def invocations() -> dict[str, str]:
