@@ -18,6 +18,7 @@ from testbed_kit import (
     HEAD,
     NODES,
     SERVED_NAME,
+    SPARKFOLD,
     WORKER,
     Run,
     chat_answers,
@@ -26,6 +27,7 @@ from testbed_kit import (
     restarts_issued,
     ssh,
     starts_since,
+    stream_chat,
     unit,
     wait_for,
 )
@@ -123,7 +125,6 @@ def test_drill_kill_the_worker_engine(serving: None, api_key: str) -> None:
     assert ssh(HEAD, "systemctl is-active sparkfold-engine sparkfold-api").split() == ["active", "active"]
 
 
-SPARKFOLD = "/opt/sparkfold/venv/bin/sparkfold"
 KILLS = "/var/lib/sparkfold/guard/memory-kills"  # the guard's record (sparkfold.node.guard)
 HOOK = "/usr/local/sbin/sparkfold-memory-kill"  # roles/sparkfold_guard
 DRILL = "/run/sparkfold-drill"
@@ -132,23 +133,6 @@ DROP_IN = "/run/systemd/system/earlyoom.service.d/drill.conf"
 
 def _kills(node: str) -> int:
     return int(ssh(node, f"cat {KILLS} 2>/dev/null | wc -l"))
-
-
-def _stream_until_it_ends(api_key: str, first: threading.Event, lines: list[str]) -> None:
-    body = {
-        "model": SERVED_NAME,
-        "stream": True,
-        "max_tokens": 512,
-        "messages": [{"role": "user", "content": "Count to 500."}],
-    }
-    headers = {"authorization": f"Bearer {api_key}"}
-    with httpx.stream(
-        "POST", f"{API}/v1/chat/completions", json=body, headers=headers, timeout=120
-    ) as response:
-        for line in response.iter_lines():
-            lines.append(line)
-            first.set()
-    first.set()
 
 
 def test_drill_the_memory_guard_kills_the_engine_first(serving: None, api_key: str) -> None:
@@ -171,7 +155,7 @@ def test_drill_the_memory_guard_kills_the_engine_first(serving: None, api_key: s
     binds = f"BindReadOnlyPaths={DRILL}/meminfo:/proc/meminfo {DRILL}/hook:{HOOK}"
     ssh(HEAD, f"cat > {DROP_IN}", stdin=f"[Service]\n{binds}\n")
     first, lines = threading.Event(), []
-    stream = threading.Thread(target=_stream_until_it_ends, args=(api_key, first, lines), daemon=True)
+    stream = threading.Thread(target=stream_chat, args=(api_key, lines, first), daemon=True)
     stream.start()
     assert first.wait(60) and lines[0].startswith("data: {") and '"error"' not in lines[0], lines
     ssh(HEAD, "systemctl daemon-reload && systemctl restart earlyoom")

@@ -10,12 +10,14 @@ import os
 import shlex
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -25,17 +27,19 @@ ADMIN = "sparkfold-admin"  # inventory/testbed/hosts.yml: the nodes' admin login
 API = f"http://{HEAD}:8888"
 SERVED_NAME = "SmolLM2-135M-Instruct"  # inventory/testbed: the same name for either engine kind
 NODES = {"sftb-head", "sftb-worker"}  # inventory/testbed: the pair's host names
+SPARKFOLD = "/opt/sparkfold/venv/bin/sparkfold"  # the nodes' command (roles/sparkfold_runtime)
 
 
 @dataclass
 class Run:
-    """One ansible-runner run: its status, per-host stats, wall time and output."""
+    """One ansible-runner run: its status, per-host stats, start (epoch s), wall time and output."""
 
     status: str
     rc: int
     stats: dict[str, dict[str, int]]
     wall_s: float
     output: str
+    started_at: float = 0.0
 
     @property
     def changed(self) -> dict[str, int]:
@@ -64,31 +68,43 @@ def play(
     diff: bool = False,
     inventory: str = "inventory/testbed",
     verbosity: int = 0,
+    root: Path = REPO,
+    env: dict[str, str] | None = None,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
 ) -> Run:
+    """``playbook`` and ``inventory`` of the checkout ``root`` (this one unless named: another release's
+    tree), ``env`` added to ansible-playbook's environment; ``on_event`` sees each event as it comes."""
     import ansible_runner  # heavy; only the testbed needs it
 
+    def handle(event: dict[str, Any]) -> bool:
+        if on_event:
+            on_event(event)
+        return True  # keep the event in the artifacts
+
     tmp.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
+    started_at, started = time.time(), time.monotonic()
     result = ansible_runner.run(
         private_data_dir=str(tmp),
-        project_dir=str(REPO),
-        playbook=str(REPO / playbook),
-        inventory=str(REPO / inventory),
+        project_dir=str(root),
+        playbook=str(root / playbook),
+        inventory=str(root / inventory),
         extravars=extravars or {},
         tags=tags or None,
         skip_tags=skip_tags or None,
         cmdline=" ".join(flag for flag, on in (("--check", check), ("--diff", diff)) if on) or None,
         verbosity=verbosity or None,
         envvars={
-            "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+            "ANSIBLE_CONFIG": str(root / "ansible.cfg"),
             "ANSIBLE_NOCOLOR": "1",
             "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
+            **(env or {}),
         },
+        event_handler=handle,
         quiet=True,
     )
     wall = time.monotonic() - started
     output = result.stdout.read() if result.stdout else ""
-    return Run(result.status, result.rc, result.stats or {}, wall, output)
+    return Run(result.status, result.rc, result.stats or {}, wall, output, started_at)
 
 
 def ssh_argv(address: str, user: str = ADMIN) -> list[str]:
@@ -179,8 +195,37 @@ def chat_reply(api_key: str) -> str | None:
     return reply.choices[0].message.content or None
 
 
+def stream_chat(api_key: str, lines: list[str], opened: threading.Event | None = None) -> int:
+    """One long streamed chat completion through the gateway ("Count to 500.", 512 tokens at most):
+    its lines go into ``lines`` as they come, ``opened`` is set at the first one and at the end
+    (a stream that never sends a line sets it too); returns the HTTP status."""
+    body = {
+        "model": SERVED_NAME,
+        "stream": True,
+        "max_tokens": 512,
+        "messages": [{"role": "user", "content": "Count to 500."}],
+    }
+    headers = {"authorization": f"Bearer {api_key}"}
+    opened = opened or threading.Event()
+    try:
+        with httpx.stream(
+            "POST", f"{API}/v1/chat/completions", json=body, headers=headers, timeout=120
+        ) as response:
+            for line in response.iter_lines():
+                lines.append(line)
+                opened.set()
+            return response.status_code
+    finally:
+        opened.set()
+
+
 def chat_answers(api_key: str) -> bool:
     return chat_reply(api_key) is not None
+
+
+def installed_version(address: str) -> str:
+    """What ``sparkfold --version`` of the node's venv says (``sparkfold 0.4.0 (commit b99afa61d)``)."""
+    return ssh(address, f"{SPARKFOLD} --version")
 
 
 def invocations() -> dict[str, str]:
