@@ -36,6 +36,12 @@ def test_without_sparse_attention_the_long_prompt_is_still_several_chunks() -> N
     assert 2048 < prompt.prompt_tokens < 2 * 2048 and len(rounds) == 4
 
 
+def test_with_a_smaller_shared_chunk_the_streams_outlast_the_longer_prefill() -> None:
+    rounds = backend.serving_plan(4, 2048, 1_048_576, 2048, shared_tokens=512)
+    prompt, *streams = rounds[-1].jobs
+    assert all(s.new_tokens >= math.ceil(prompt.prompt_tokens / 512) + prompt.new_tokens for s in streams)
+
+
 def test_the_long_prompt_fits_the_window() -> None:
     rounds = backend.serving_plan(parallel=1, chunk_tokens=2048, window=3000, sparse_after=2048)
     prompt = rounds[-1].jobs[0]

@@ -264,7 +264,9 @@ def load(settings: EngineSettings, on_fatal: Callable[[str], None] | None = None
         text.get("max_position_embeddings"),
     )
     if x.warmup:
-        rounds = serving_plan(settings.parallel, x.chunk_tokens, window, text.get("index_topk"))
+        rounds = serving_plan(
+            settings.parallel, x.chunk_tokens, window, text.get("index_topk"), x.shared_chunk_tokens
+        )
         warmed |= warm_lanes(
             exl, torch, [lane.generator for lane in lanes], rounds, int(config.vocab_size or vocab_size)
         )

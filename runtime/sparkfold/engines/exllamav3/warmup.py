@@ -68,7 +68,7 @@ class WarmRound:
 
 
 def serving_plan(
-    parallel: int, chunk_tokens: int, window: int, sparse_after: int | None
+    parallel: int, chunk_tokens: int, window: int, sparse_after: int | None, shared_tokens: int = 0
 ) -> tuple[WarmRound, ...]:
     """The rounds :func:`warm_lanes` runs through a lane's generator.
 
@@ -76,12 +76,13 @@ def serving_plan(
     each batch size below the sparse threshold. ``long prompt beside b - 1`` (b = 1 … ``parallel``):
     one prompt past ``sparse_after`` (the model's ``index_topk``; ``None`` without sparse attention)
     and longer than one chunk, with a ragged last chunk, read while b - 1 short streams decode; the
-    streams outlast its prefill, so its first tokens are decoded with theirs, a step at batch b past
-    the threshold. The long prompt is cut to fit ``window``.
+    streams outlast its prefill (in chunks of ``shared_tokens`` while they decode, 0: the chunk),
+    so its first tokens are decoded with theirs, a step at batch b past the threshold. The long
+    prompt is cut to fit ``window``.
     """
     long = max(chunk_tokens, sparse_after or 0) + chunk_tokens // 2 + 7
     long = min(long, window - 2 * TAIL_TOKENS)
-    chunks = math.ceil(long / chunk_tokens)
+    chunks = math.ceil(long / min(shared_tokens or chunk_tokens, chunk_tokens))
     rounds = [
         WarmRound(f"decode batch {b}", tuple(WarmJob(SHORT_PROMPT + i, TAIL_TOKENS) for i in range(b)))
         for b in range(1, parallel + 1)
