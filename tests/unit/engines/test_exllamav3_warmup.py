@@ -16,6 +16,7 @@ from sparkfold.engines import exllamav3 as backend
 
 def test_the_plan_decodes_at_every_batch_size_below_and_past_the_sparse_threshold() -> None:
     rounds = backend.serving_plan(parallel=4, chunk_tokens=1024, window=65_536, sparse_after=2048)
+    assert rounds[0].label == "prompt tails"
     short = [r for r in rounds if r.label.startswith("decode batch")]
     long = [r for r in rounds if r.label.startswith("long prompt")]
     assert [len(r.jobs) for r in short] == [1, 2, 3, 4]
@@ -30,10 +31,19 @@ def test_the_plan_decodes_at_every_batch_size_below_and_past_the_sparse_threshol
         assert all(s.new_tokens >= chunks + prompt.new_tokens for s in streams)
 
 
+def test_the_prompt_tails_read_every_length_class_a_short_prefill_compiles_for() -> None:
+    (tails,) = [r for r in backend.serving_plan(2, 2048, 65_536, 2048) if r.label == "prompt tails"]
+    lengths = [job.prompt_tokens for job in tails.jobs]
+    for passed in (lengths, [n - 1 for n in lengths]):  # the pass may leave the last token to decode
+        classes = {(1 << (n - 1).bit_length(), n % 16 == 0) for n in passed if n > 1}
+        expected = {(1 << k, False) for k in range(1, 9)} | {(1 << k, True) for k in range(4, 9)}
+        assert classes >= expected, sorted(expected - classes)
+
+
 def test_without_sparse_attention_the_long_prompt_is_still_several_chunks() -> None:
     rounds = backend.serving_plan(parallel=2, chunk_tokens=2048, window=1_048_576, sparse_after=None)
     prompt = rounds[-1].jobs[0]
-    assert 2048 < prompt.prompt_tokens < 2 * 2048 and len(rounds) == 4
+    assert 2048 < prompt.prompt_tokens < 2 * 2048 and len(rounds) == 5
 
 
 def test_with_a_smaller_shared_chunk_the_streams_outlast_the_longer_prefill() -> None:
@@ -94,7 +104,7 @@ def test_each_lane_runs_every_round_with_random_prompts_and_no_stops() -> None:
     for lane in lanes:
         assert not lane.jobs
         widths = {len(step) for step in lane.decoding}
-        assert widths == {1, 2, 3}  # every batch size up to parallel decoded together
+        assert widths >= {1, 2, 3}  # every batch size up to parallel decoded together
         long = rounds[-1].jobs[0].prompt_tokens
         assert [40, 41, long] in [sorted(step) for step in lane.decoding]  # the long prompt beside two
 
@@ -109,7 +119,7 @@ def test_a_round_that_raises_is_a_warning_and_the_rest_still_run(caplog: pytest.
         "long prompt beside 1",
     ]
     assert lane.cleared == 2 and not lane.jobs
-    assert {len(step) for step in lane.decoding} == {1, 2}  # the short rounds ran
+    assert {1, 2} <= {len(step) for step in lane.decoding}  # the short rounds ran
     assert "2 round(s) raised (long prompt beside 0: job too large" in caplog.text
 
 
@@ -121,7 +131,9 @@ def test_warm_up_jobs_are_random_ids_in_the_vocabulary_sampled_greedy_and_not() 
             seen.append(job)
             super().enqueue(job)
 
-    backend.warm_lanes(EXL, torch, [Recording()], backend.serving_plan(2, 256, 8192, None)[:2], vocab_size=50)
+    backend.warm_lanes(
+        EXL, torch, [Recording()], backend.serving_plan(2, 256, 8192, None)[1:3], vocab_size=50
+    )
     assert all(job.kwargs["stop_conditions"] == [] for job in seen)
     assert all(
         int(job.kwargs["input_ids"].min()) >= 0 and int(job.kwargs["input_ids"].max()) < 50 for job in seen

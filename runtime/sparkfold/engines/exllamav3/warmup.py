@@ -50,6 +50,13 @@ SHORT_PROMPT = 40
 TAIL_TOKENS = 4
 """Tokens each warm-up job decodes once the jobs beside it are decoding too."""
 
+PREFILL_TAILS = (2, 3, 5, 9, 16, 17, 32, 33, 48, 65, 80, 129, 144)
+"""Prompt lengths of the ``prompt tails`` round, each also one longer: a prefill pass of up to 256
+tokens runs the KDA layers' ``_causal_conv1d_update_slotted_kernel``, compiled per power of two of
+the pass's length (``BLOCK_S``) and per length divisible by 16 or not (Triton's specialization of
+an integer argument; ``exllamav3/modules/gated_delta_net_fn/conv1d.py``, 1.6.5), so every such
+class up to 256 is read once."""
+
 
 @dataclass(frozen=True)
 class WarmJob:
@@ -72,6 +79,8 @@ def serving_plan(
 ) -> tuple[WarmRound, ...]:
     """The rounds :func:`warm_lanes` runs through a lane's generator.
 
+    ``prompt tails``: short prompts of every length class a prefill pass compiles for
+    (:data:`PREFILL_TAILS`), at most ``parallel`` at a time (the generator queues the rest).
     ``decode batch b`` (b = 1 … ``parallel``): b short prompts decoded together, a decode step at
     each batch size below the sparse threshold. ``long prompt beside b - 1`` (b = 1 … ``parallel``):
     one prompt past ``sparse_after`` (the model's ``index_topk``; ``None`` without sparse attention)
@@ -83,7 +92,9 @@ def serving_plan(
     long = max(chunk_tokens, sparse_after or 0) + chunk_tokens // 2 + 7
     long = min(long, window - 2 * TAIL_TOKENS)
     chunks = math.ceil(long / min(shared_tokens or chunk_tokens, chunk_tokens))
-    rounds = [
+    tails = sorted({n + extra for n in PREFILL_TAILS for extra in (0, 1)})
+    rounds = [WarmRound("prompt tails", tuple(WarmJob(n, 2) for n in tails))]
+    rounds += [
         WarmRound(f"decode batch {b}", tuple(WarmJob(SHORT_PROMPT + i, TAIL_TOKENS) for i in range(b)))
         for b in range(1, parallel + 1)
     ]
