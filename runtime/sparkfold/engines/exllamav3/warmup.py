@@ -146,16 +146,22 @@ def warm_lanes(
                 failed.append(f"{round_.label}: {exc}")
                 generator.clear_queue()
     seconds = round(time.monotonic() - started, 1)
+    _report("the serving warm-up", "round(s)", failed, seconds)
+    return {"serving_warmup_s": seconds, "serving_warmup_failed": failed}
+
+
+def _report(stage: str, unit: str, failed: Sequence[str], seconds: float) -> None:
+    """One log line for a warm-up stage: its seconds, or a warning naming what raised."""
     if failed:
         log.warning(
-            "the serving warm-up: %d round(s) raised (%s); those shapes pay their compiles in the first "
-            "requests",
+            "%s: %d %s raised (%s); those shapes pay their first-use costs in the first requests",
+            stage,
             len(failed),
+            unit,
             "; ".join(failed),
         )
     else:
-        log.info("the serving warm-up: %d round(s) per lane, %.1f s", len(rounds), seconds)
-    return {"serving_warmup_s": seconds, "serving_warmup_failed": failed}
+        log.info("%s: %.1f s", stage, seconds)
 
 
 def warm_up(model: Any, cache: Any, settings: EngineSettings, draft_size: int) -> dict[str, Any]:
@@ -179,15 +185,7 @@ def warm_up(model: Any, cache: Any, settings: EngineSettings, draft_size: int) -
         max_q_len=draft_size + 1,
     )
     seconds = round(time.monotonic() - started, 1)
-    if failed:
-        log.warning(
-            "exllamav3's warm-up: %d pass(es) raised (%s); those shapes pay their first-use costs in "
-            "the first requests",
-            len(failed),
-            "; ".join(failed),
-        )
-    else:
-        log.info("exllamav3's warm-up: %.1f s", seconds)
+    _report("exllamav3's warm-up", "pass(es)", failed, seconds)
     return {"warmup_s": seconds, "warmup_failed": list(failed)}
 
 
