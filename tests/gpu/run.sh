@@ -23,7 +23,7 @@
 # window (prefill lengths doubling to the window, the 64k re-send); fairness starts the engine on the
 # bench-size fixture with empty compile caches and again (the restart figure), then runs `sparkfold
 # bench --suite fairness` (tests/bench/exllamav3_fairness.py; FAIRNESS_TIMEOUT, FAIRNESS_ARGS:
-# "--chunks 2048,512 --control"). STEPS=none only installs and
+# "--chunks 2048,2048/512 --repeats 2 --tokens 128k"). STEPS=none only installs and
 # imports (on a fresh machine: builds) the extension.
 set -uo pipefail
 OUT=${1:?usage: tests/gpu/run.sh OUT_DIR}
@@ -49,11 +49,13 @@ if [ ! -f "$EXT_DIR/exllamav3_ext.so" ] && [ -f "$EXT_DIR/exllamav3_ext.so.xz" ]
   mkdir -p "$WORK/ext" && python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" \
     "$EXT_DIR/exllamav3_ext.so.xz" "$WORK/ext/exllamav3_ext.so" && EXT_DIR=$WORK/ext
 fi
-prior=$TORCH_EXTENSIONS_DIR/exllamav3_ext
-if [ ! -f "$EXT_DIR/exllamav3_ext.so" ] && [ -f "$prior/exllamav3_ext.so" ]; then
-  # a warm machine's earlier build: torch's JIT would rebuild it (the reinstalled sources are newer)
-  log "reusing this machine's earlier build $prior" && EXT_DIR=$prior
-fi
+for prior in "$WORK/ext" "$TORCH_EXTENSIONS_DIR/exllamav3_ext"; do
+  if [ ! -f "$EXT_DIR/exllamav3_ext.so" ] && [ -f "$prior/exllamav3_ext.so" ]; then
+    # a warm machine's earlier call (a carried build it unpacked, or its own build): torch's JIT
+    # would rebuild it (the reinstalled sources are newer than the build)
+    log "reusing this machine's earlier build $prior" && EXT_DIR=$prior
+  fi
+done
 if [ -f "$EXT_DIR/exllamav3_ext.so" ]; then
   log "using the carried extension build $EXT_DIR"
   export PYTHONPATH=$PYTHONPATH:$(cd "$EXT_DIR" && pwd)

@@ -13,7 +13,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
-import pytest
 from gpu_engine import Results, start_engine, text_of
 from test_exllamav3_engine import ASK, picture
 from transformers import AutoTokenizer
@@ -23,13 +22,6 @@ def _files(folder: Path) -> dict[str, int]:
     return {str(p.relative_to(folder)): p.stat().st_size for p in folder.rglob("*") if p.is_file()}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="exllamav3's Model.warmup (1.6.5) leaves decode-path Triton kernels of other batch shapes "
-    "(mla_decode_split/combine, causal_conv1d_update_slotted, dsa_indexer_fewq, dsa_attn_split/combine, "
-    "dsa_pool_update) and GEMM tunings to the first requests (docs/benchmarks.md); strict: it fails "
-    "once a warm-up covers them, so this mark goes",
-)
 def test_no_request_compiles_after_the_engine_said_ready(
     tmp_path: Path, exl3_model: Path, results: Results
 ) -> None:

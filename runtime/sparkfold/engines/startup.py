@@ -47,7 +47,7 @@ def load_engine(engine: EngineSettings, on_fatal: Callable[[str], None]) -> Gene
         assert loaded_t.generator is not None  # rank 0 of tp = 1 always serves
         loaded_t.generator.start_phases = {"load_s": round(loaded_t.load_s, 2)}
         return loaded_t.generator
-    from sparkfold.engines.exllamav3 import Exllamav3Unavailable, PoolTooSmall, load
+    from sparkfold.engines.exllamav3 import WARMUP_PHASES, Exllamav3Unavailable, PoolTooSmall, load
 
     try:
         loaded = load(engine, on_fatal=on_fatal)
@@ -56,6 +56,6 @@ def load_engine(engine: EngineSettings, on_fatal: Callable[[str], None]) -> Gene
     except (PoolTooSmall, FileNotFoundError, ValueError) as exc:
         raise RankError(str(exc)) from None
     log.info("loaded %s in %.1f s: %s", engine.model, loaded.load_s, loaded.plan)
-    warmup_s = float(loaded.plan.get("warmup_s") or 0.0) + float(loaded.plan.get("vision_warmup_s") or 0.0)
+    warmup_s = round(sum(float(loaded.plan.get(phase) or 0.0) for phase in WARMUP_PHASES), 2)
     loaded.generator.start_phases = {"load_s": round(loaded.load_s - warmup_s, 2), "warmup_s": warmup_s}
     return loaded.generator

@@ -9,6 +9,7 @@ exactly as for the CPU engine, so the gateway cannot tell the two apart. One mod
 ``logprobs``      exllamav3's per-token probabilities as log-probabilities
 ``vision``        pictures and video clips: their placeholder runs and embeddings
 ``generator``     the engine thread over exllamav3's generator(s)
+``warmup``        the warm-up: exllamav3's, the serving plan through each lane, the vision tower
 ``loading``       :func:`load`: model, drafts, vision tower, pools, warm-up, generator
 """
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 from sparkfold.engines.exllamav3.availability import Exllamav3Unavailable, import_exllamav3
 from sparkfold.engines.exllamav3.generator import Exllamav3Generator, Lane
 from sparkfold.engines.exllamav3.jobs import job_for, matcher_filter, sampler_for, stop_ids
-from sparkfold.engines.exllamav3.loading import Loaded, load, warm_up
+from sparkfold.engines.exllamav3.loading import Loaded, load
 from sparkfold.engines.exllamav3.sizing import (
     PAGE_TOKENS,
     PoolTooSmall,
@@ -33,15 +34,27 @@ from sparkfold.engines.exllamav3.vision import (
     prompt_spans,
     splice_embeddings,
 )
+from sparkfold.engines.exllamav3.warmup import (
+    WARMUP_PHASES,
+    WarmJob,
+    WarmRound,
+    serving_plan,
+    warm_lanes,
+    warm_up,
+    warm_up_vision,
+)
 
 __all__ = [
     "PAGE_TOKENS",
+    "WARMUP_PHASES",
     "Exllamav3Generator",
     "Exllamav3Unavailable",
     "Lane",
     "Loaded",
     "PoolTooSmall",
     "VisionPreprocessor",
+    "WarmJob",
+    "WarmRound",
     "cache_layer",
     "embed_video",
     "import_exllamav3",
@@ -53,8 +66,11 @@ __all__ = [
     "request_window",
     "round_pages",
     "sampler_for",
+    "serving_plan",
     "splice_embeddings",
     "stop_ids",
+    "warm_lanes",
     "warm_up",
+    "warm_up_vision",
     "weight_bytes",
 ]

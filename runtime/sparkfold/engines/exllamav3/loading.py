@@ -3,8 +3,9 @@
 :func:`load` builds exllamav3's dynamic generator over ONE paged KV pool and hands back an
 :class:`~sparkfold.engines.exllamav3.generator.Exllamav3Generator`. The pool is sized by
 :mod:`~sparkfold.engines.exllamav3.sizing`, so a request is refused (400 too long for the window,
-503 every lane busy) rather than running the GPU out of memory. Before the generator is built,
-:func:`warm_up` runs exllamav3's own warm-up, so the first requests do not pay first-use costs.
+503 every lane busy) rather than running the GPU out of memory. Before the engine says ready,
+:mod:`~sparkfold.engines.exllamav3.warmup` compiles and tunes what requests would, so the first
+ones do not pay it.
 """
 
 from __future__ import annotations
@@ -30,9 +31,10 @@ from sparkfold.engines.exllamav3.sizing import (
     weight_bytes,
 )
 from sparkfold.engines.exllamav3.vision import VisionPreprocessor
+from sparkfold.engines.exllamav3.warmup import serving_plan, warm_lanes, warm_up, warm_up_vision
 from sparkfold.units import GIB
 
-__all__ = ["Loaded", "load", "server_side", "warm_up"]
+__all__ = ["Loaded", "load", "server_side"]
 
 log = logging.getLogger(__name__)
 
@@ -86,68 +88,6 @@ def _draft_size(settings: Exllamav3Settings, draft_model: Any) -> int:
     if draft_model is not None:
         return int(draft_model.caps.get("default_draft_size", 4))
     return 4 if settings.ngram else 0
-
-
-def warm_up(model: Any, cache: Any, settings: EngineSettings, draft_size: int) -> dict[str, Any]:
-    """exllamav3's own warm-up of the loaded model, when ``[engine.exllamav3] warmup`` is on: what
-    the load plan records (``warmup_s``, ``warmup_failed``), empty when off.
-
-    ``Model.warmup`` (exllamav3/model/model.py, 1.6.5) runs a short schedule of forward passes (single
-    rows of 1 to 64 tokens, one prefill chunk, a batched decode family, a long-context family) that
-    compiles the Triton kernels, runs the GEMM autotuner and sizes the graph-captured decode paths'
-    workspaces; exllamav3 asks for it after ``load()`` and before a generator is attached to the
-    cache, as its passes write into the cache's leading pages. A pass that raises is reported and
-    skipped by exllamav3; the engine still serves, those shapes pay their costs on first use.
-    """
-    if not settings.exllamav3.warmup:
-        return {}
-    started = time.monotonic()
-    failed = model.warmup(
-        cache=cache,
-        max_chunk_size=settings.exllamav3.chunk_tokens,
-        max_batch_size=settings.parallel,
-        max_q_len=draft_size + 1,
-    )
-    seconds = round(time.monotonic() - started, 1)
-    if failed:
-        log.warning(
-            "exllamav3's warm-up: %d pass(es) raised (%s); those shapes pay their first-use costs in "
-            "the first requests",
-            len(failed),
-            "; ".join(failed),
-        )
-    else:
-        log.info("exllamav3's warm-up: %.1f s", seconds)
-    return {"warmup_s": seconds, "warmup_failed": list(failed)}
-
-
-VISION_WARMUP_SIZES = ((224, 224), (448, 336))
-"""Blank pictures the vision tower embeds at start: two grids, so a shape-keyed kernel compiles
-for more than one size (a picture of another size may still tune on first use)."""
-
-
-def warm_up_vision(vision_model: Any, tokenizer: Any, settings: EngineSettings) -> dict[str, Any]:
-    """Embed blank pictures through the vision tower, the path a request's pictures take
-    (``get_image_embeddings``), so the first picture does not pay the tower's compiles: what the
-    load plan records (``vision_warmup_s``), empty when ``warmup`` is off.
-
-    exllamav3's ``Model.warmup`` does not suit the vision component: its passes feed token ids
-    through the text model's cache and recurrent paths (``exllamav3/model/model.py``, 1.6.5).
-    """
-    if not settings.exllamav3.warmup:
-        return {}
-    from PIL import Image
-
-    started = time.monotonic()
-    try:
-        for size in VISION_WARMUP_SIZES:
-            vision_model.get_image_embeddings(tokenizer, Image.new("RGB", size, (128, 128, 128)))
-    except Exception as exc:  # the tower still serves; the first picture pays what is left
-        log.warning("the vision tower's warm-up raised: %s", exc)
-        return {"vision_warmup_failed": str(exc)}
-    seconds = round(time.monotonic() - started, 1)
-    log.info("the vision tower's warm-up: %.1f s", seconds)
-    return {"vision_warmup_s": seconds}
 
 
 def _glm_chat(
@@ -319,6 +259,13 @@ def load(settings: EngineSettings, on_fatal: Callable[[str], None] | None = None
         draft_size,
         text.get("max_position_embeddings"),
     )
+    if x.warmup:
+        rounds = serving_plan(
+            settings.parallel, x.chunk_tokens, window, text.get("index_topk"), x.shared_chunk_tokens
+        )
+        warmed |= warm_lanes(
+            exl, torch, [lane.generator for lane in lanes], rounds, int(config.vocab_size or vocab_size)
+        )
     if window < settings.context:
         log.warning(
             "engine.context %d exceeds what the pool holds; the window is %d", settings.context, window
