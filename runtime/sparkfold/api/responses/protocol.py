@@ -46,8 +46,10 @@ def _tool_choice(value: str | dict[str, Any]) -> str | dict[str, Any]:
     if isinstance(value, str):
         if value not in ("none", "auto", "required"):
             raise ValueError(f"must be none, auto, required or a function object, not {value!r}")
-    elif value.get("type") != "function" or not isinstance(value.get("name"), str) or not value["name"]:
-        raise ValueError('an object tool_choice must be {"type": "function", "name": ...}')
+    elif value.get("type") not in ("function", "custom") or not isinstance(value.get("name"), str):
+        raise ValueError('an object tool_choice must be {"type": "function" or "custom", "name": ...}')
+    elif not value["name"]:
+        raise ValueError("an object tool_choice needs a name")
     return value
 
 
@@ -76,6 +78,51 @@ _PARTS = {
     },
 }
 _CONTENT = {"anyOf": [_STRING, _PARTS]}
+_FUNCTION = object_schema(
+    ["type", "name"],
+    type={"const": "function"},
+    name=_NAME,
+    description=_STRING,
+    parameters={"type": "object"},
+)
+_CUSTOM = object_schema(
+    ["type", "name"],
+    type={"const": "custom"},
+    name=_NAME,
+    description=_STRING,
+    format={
+        "anyOf": [
+            object_schema(["type"], type={"const": "text"}),
+            object_schema(
+                ["type", "syntax", "definition"],
+                type={"const": "grammar"},
+                syntax={"enum": ["lark", "regex"]},
+                definition={"type": "string", "minLength": 1},
+            ),
+        ]
+    },
+)
+TOOL_SCHEMA = {
+    "anyOf": [
+        _FUNCTION,
+        _CUSTOM,
+        object_schema(
+            ["type", "name", "tools"],
+            type={"const": "namespace"},
+            name=_NAME,
+            tools={
+                "type": "array",
+                "items": {
+                    "anyOf": [
+                        _FUNCTION,
+                        _CUSTOM,
+                    ]
+                },
+            },
+        ),
+        object_schema(["type"], type={"enum": list(NOT_OFFERED)}),
+    ]
+}
 INPUT_ITEM_SCHEMA = {
     "anyOf": [
         object_schema(
@@ -95,34 +142,24 @@ INPUT_ITEM_SCHEMA = {
         object_schema(
             ["type", "call_id"], type={"const": "function_call_output"}, call_id=_STRING, output=_CONTENT
         ),
-        object_schema(["type"], type={"const": "reasoning"}, encrypted_content=_STRING),
-    ]
-}
-_FUNCTION = object_schema(
-    ["type", "name"],
-    type={"const": "function"},
-    name=_NAME,
-    description=_STRING,
-    parameters={"type": "object"},
-)
-TOOL_SCHEMA = {
-    "anyOf": [
-        _FUNCTION,
         object_schema(
-            ["type", "name", "tools"],
-            type={"const": "namespace"},
-            name=_NAME,
-            tools={
-                "type": "array",
-                "items": {
-                    "anyOf": [
-                        _FUNCTION,
-                        object_schema(["type", "name"], type={"const": "custom"}, name=_NAME),
-                    ]
-                },
-            },
+            ["type", "name", "call_id"],
+            type={"const": "custom_tool_call"},
+            name=_STRING,
+            call_id=_STRING,
+            input=_STRING,
+            namespace=_STRING,
         ),
-        object_schema(["type"], type={"enum": list(NOT_OFFERED)}),
+        object_schema(
+            ["type", "call_id"], type={"const": "custom_tool_call_output"}, call_id=_STRING, output=_CONTENT
+        ),
+        object_schema(["type"], type={"const": "reasoning"}, encrypted_content=_STRING),
+        object_schema(
+            ["type", "tools"],
+            type={"const": "additional_tools"},
+            role={"const": "developer"},
+            tools={"type": "array", "items": TOOL_SCHEMA},
+        ),
     ]
 }
 Input = Annotated[
@@ -143,7 +180,7 @@ ToolChoice = Annotated[
     str | dict[str, Any],
     AfterValidator(_tool_choice),
     WithJsonSchema(
-        tool_choice_schema(object_schema(["type", "name"], type={"const": "function"}, name=_NAME))
+        tool_choice_schema(object_schema(["type", "name"], type={"enum": ["function", "custom"]}, name=_NAME))
     ),
 ]
 Include = Annotated[list[str], WithJsonSchema({"type": "array", "items": {"enum": sorted(INCLUDE_VALUES)}})]
