@@ -16,14 +16,18 @@ from __future__ import annotations
 
 import json
 import os
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 from agent_turn import (
     BIN,
+    REPO,
     AgentGateway,
     ShellTurn,
+    doc_block,
     doc_command,
     doc_env,
     doc_file,
@@ -131,3 +135,11 @@ def test_the_agent_runs_its_shell_tool_through_the_gateway(tmp_path: Path, workd
         result = run_agent(argv, workdir, env)
     check_turn(gateway, turn, result)
     assert turn.calls == [agent.shell]
+
+
+def test_the_page_aliases_are_the_example_inventorys() -> None:
+    """The aliases the tests run with (the page's) are the ones a pair provisioned from the example
+    inventory serves, so the agents' default names answer there as they do here."""
+    page = tomllib.loads(doc_block("gateway-aliases"))["api"]["model_aliases"]
+    inventory = yaml.safe_load((REPO / "inventory/example/group_vars/all/api.yml").read_text())
+    assert page == inventory["sparkfold_api_model_aliases"]
