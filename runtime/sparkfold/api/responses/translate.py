@@ -27,6 +27,8 @@ __all__ = [
     "to_chat_messages",
 ]
 
+CALL_OUTPUTS = ("function_call_output", "custom_tool_call_output")
+
 
 def _content(content: Any, where: str) -> str | list[dict[str, Any]] | InvalidRequest:
     if isinstance(content, str):
@@ -115,7 +117,7 @@ def to_chat_messages(request: ResponsesRequest, seal: ReasoningSeal) -> list[dic
     for i, item in enumerate(request.input):
         where = f"input[{i}]"
         kind = item.get("type", "message")
-        if pictures and kind != "function_call_output":
+        if pictures and kind not in CALL_OUTPUTS:
             messages.append({"role": "user", "content": pictures})
             pictures = []
         if kind == "message" and item.get("role") in ("user", "system", "developer", "assistant"):
@@ -144,9 +146,7 @@ def to_chat_messages(request: ResponsesRequest, seal: ReasoningSeal) -> list[dic
                 },
             }
             assistant_turn().setdefault("tool_calls", []).append(call)
-        elif kind in ("function_call_output", "custom_tool_call_output") and isinstance(
-            item.get("call_id"), str
-        ):
+        elif kind in CALL_OUTPUTS and isinstance(item.get("call_id"), str):
             output = _call_output(item.get("output", ""), f"{where}.output")
             if isinstance(output, InvalidRequest):
                 return output
