@@ -123,6 +123,24 @@ TOOL_SCHEMA = {
         object_schema(["type"], type={"enum": list(NOT_OFFERED)}),
     ]
 }
+
+
+def _call_items(kind: str, payload: str) -> list[dict[str, Any]]:
+    """A call input item (``function_call`` or ``custom_tool_call``, its ``payload`` field) and its output."""
+    call = object_schema(
+        ["type", "name", "call_id"],
+        type={"const": kind},
+        name=_STRING,
+        call_id=_STRING,
+        namespace=_STRING,
+        **{payload: _STRING},
+    )
+    output = object_schema(
+        ["type", "call_id"], type={"const": f"{kind}_output"}, call_id=_STRING, output=_CONTENT
+    )
+    return [call, output]
+
+
 INPUT_ITEM_SCHEMA = {
     "anyOf": [
         object_schema(
@@ -131,28 +149,8 @@ INPUT_ITEM_SCHEMA = {
             role={"enum": ["user", "system", "developer", "assistant"]},
             content=_CONTENT,
         ),
-        object_schema(
-            ["type", "name", "call_id"],
-            type={"const": "function_call"},
-            name=_STRING,
-            call_id=_STRING,
-            arguments=_STRING,
-            namespace=_STRING,
-        ),
-        object_schema(
-            ["type", "call_id"], type={"const": "function_call_output"}, call_id=_STRING, output=_CONTENT
-        ),
-        object_schema(
-            ["type", "name", "call_id"],
-            type={"const": "custom_tool_call"},
-            name=_STRING,
-            call_id=_STRING,
-            input=_STRING,
-            namespace=_STRING,
-        ),
-        object_schema(
-            ["type", "call_id"], type={"const": "custom_tool_call_output"}, call_id=_STRING, output=_CONTENT
-        ),
+        *_call_items("function_call", "arguments"),
+        *_call_items("custom_tool_call", "input"),
         object_schema(["type"], type={"const": "reasoning"}, encrypted_content=_STRING),
         object_schema(
             ["type", "tools"],
