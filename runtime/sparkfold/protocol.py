@@ -158,8 +158,19 @@ def _typed_parts(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return parts
 
 
+_PARTS_SCHEMA = {
+    "type": "array",
+    "maxItems": MAX_CONTENT_PARTS,
+    "items": {"type": "object", "properties": {"type": {"type": "string"}}},
+}
 Content = (
-    str | Annotated[list[dict[str, Any]], Field(max_length=MAX_CONTENT_PARTS), AfterValidator(_typed_parts)]
+    str
+    | Annotated[
+        list[dict[str, Any]],
+        Field(max_length=MAX_CONTENT_PARTS),
+        AfterValidator(_typed_parts),
+        WithJsonSchema(_PARTS_SCHEMA),
+    ]
 )
 
 
