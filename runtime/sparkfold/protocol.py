@@ -148,7 +148,30 @@ FunctionTools = Annotated[
 ]
 """The ``tools`` of a chat request (and of ``/tokenize``): named functions."""
 ModelName = Annotated[str, Field(min_length=1)]
-Content = str | Annotated[list[dict[str, Any]], Field(max_length=MAX_CONTENT_PARTS)]
+
+
+def _typed_parts(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A content part's ``type`` is a string where it is given (every reader dispatches on it)."""
+    for j, part in enumerate(parts):
+        if "type" in part and not isinstance(part["type"], str):
+            raise ValueError(f"part {j}: type must be a string such as 'text' or 'image_url'")
+    return parts
+
+
+_PARTS_SCHEMA = {
+    "type": "array",
+    "maxItems": MAX_CONTENT_PARTS,
+    "items": {"type": "object", "properties": {"type": {"type": "string"}}},
+}
+Content = (
+    str
+    | Annotated[
+        list[dict[str, Any]],
+        Field(max_length=MAX_CONTENT_PARTS),
+        AfterValidator(_typed_parts),
+        WithJsonSchema(_PARTS_SCHEMA),
+    ]
+)
 
 
 def _tool_choice(value: str | dict[str, Any]) -> str | dict[str, Any]:

@@ -34,8 +34,10 @@ PAIR_URL = "http://spark-head:8888"
 KEY_PLACEHOLDER = "YOUR_API_KEY"
 SERVED = EngineSettings.model_fields["served_name"].default
 """The gateway under test serves the default served name, as a pair does."""
-SHELL_TOOLS = ("Bash", "bash", "exec_command", "shell")
-"""The shell tool of Claude Code, opencode and Codex (``exec_command``; ``shell`` in older releases)."""
+SHELL_TOOLS = ("Bash", "bash", "exec_command", "shell", "functions.exec")
+"""The shell tool of Claude Code, opencode and Codex (``exec_command``; ``shell`` in older releases;
+on its own default model, ``exec`` of its ``functions`` namespace: a custom tool whose input is
+JavaScript that calls ``exec_command``, offered by the gateway as a function of one ``input``)."""
 
 
 def doc_block(name: str) -> str:
@@ -96,7 +98,10 @@ class ShellTurn:
             return Script(content=["Hello", "."])
         name, properties = tool["name"], tool.get("parameters", {}).get("properties", {})
         arguments: dict[str, Any]
-        if "cmd" in properties:  # Codex's exec_command
+        if name == "functions.exec":  # Codex's JavaScript exec (a custom tool)
+            script = f"const ran = await tools.exec_command({{cmd: {json.dumps(self.command)}}});"
+            arguments = {"input": f"{script}\ntext(ran.output);"}
+        elif "cmd" in properties:  # Codex's exec_command
             arguments = {"cmd": self.command}
         elif properties.get("command", {}).get("type") == "array":  # Codex's older shell
             arguments = {"command": ["bash", "-lc", self.command]}

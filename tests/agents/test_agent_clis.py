@@ -16,14 +16,18 @@ from __future__ import annotations
 
 import json
 import os
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 from agent_turn import (
     BIN,
+    REPO,
     AgentGateway,
     ShellTurn,
+    doc_block,
     doc_command,
     doc_env,
     doc_file,
@@ -86,18 +90,33 @@ def check_turn(gateway: AgentGateway, turn: ShellTurn, result: object) -> None:
 
 @dataclass(frozen=True)
 class Agent:
-    """One CLI: its shell tool, and where its configuration file goes (``docs/agents.md``'s
-    ``NAME-config`` block), relative to its HOME or to its working directory."""
+    """One CLI: its blocks in ``docs/agents.md`` (``DOCS-env``, ``DOCS-config``, ``DOCS-run``), its
+    shell tool, where its configuration file goes (relative to its HOME or to its working
+    directory), and the block whose lines open that file, if any (a setting the page offers)."""
 
+    docs: str
     shell: str
     config_in_home: str | None = None
     config_in_workdir: str | None = None
+    config_opened_by: str | None = None
 
 
+def config_file(agent: Agent, gateway: AgentGateway) -> str:
+    """The agent's configuration file: its ``DOCS-config`` block, after the block that opens it."""
+    blocks = [agent.config_opened_by] if agent.config_opened_by is not None else []
+    return "".join(doc_file(name, gateway.url, gateway.key) for name in [*blocks, f"{agent.docs}-config"])
+
+
+CODEX_CONFIG = ".codex/config.toml"
 AGENTS = {
-    "claude-code": Agent("Bash"),
-    "codex": Agent("exec_command", config_in_home=".codex/config.toml"),
-    "opencode": Agent("bash", config_in_workdir="opencode.json"),
+    "claude-code": Agent("claude-code", "Bash"),
+    # on its own default model, Codex offers its shell inside a JavaScript exec (a custom tool)
+    "codex": Agent("codex", "functions.exec", config_in_home=CODEX_CONFIG),
+    # naming the served model, it falls back to plain function tools (exec_command)
+    "codex-served-model": Agent(
+        "codex", "exec_command", config_in_home=CODEX_CONFIG, config_opened_by="codex-model"
+    ),
+    "opencode": Agent("opencode", "bash", config_in_workdir="opencode.json"),
 }
 
 
@@ -107,12 +126,20 @@ def test_the_agent_runs_its_shell_tool_through_the_gateway(tmp_path: Path, workd
     turn = ShellTurn(workdir / "hello.txt", f"hello from {name}")
     gateway = AgentGateway(tmp_path, turn)
     with gateway.running():
-        env = base_env(tmp_path / "home") | doc_env(f"{name}-env", gateway.url, gateway.key)
+        env = base_env(tmp_path / "home") | doc_env(f"{agent.docs}-env", gateway.url, gateway.key)
         for base, place in ((Path(env["HOME"]), agent.config_in_home), (workdir, agent.config_in_workdir)):
             if place is not None:
                 (base / place).parent.mkdir(parents=True, exist_ok=True)
-                (base / place).write_text(doc_file(f"{name}-config", gateway.url, gateway.key))
-        argv = doc_command(f"{name}-run")
+                (base / place).write_text(config_file(agent, gateway))
+        argv = doc_command(f"{agent.docs}-run")
         result = run_agent(argv, workdir, env)
     check_turn(gateway, turn, result)
     assert turn.calls == [agent.shell]
+
+
+def test_the_page_aliases_are_the_example_inventorys() -> None:
+    """The aliases the tests run with (the page's) are the ones a pair provisioned from the example
+    inventory serves, so the agents' default names answer there as they do here."""
+    page = tomllib.loads(doc_block("gateway-aliases"))["api"]["model_aliases"]
+    inventory = yaml.safe_load((REPO / "inventory/example/group_vars/all/api.yml").read_text())
+    assert page == inventory["sparkfold_api_model_aliases"]

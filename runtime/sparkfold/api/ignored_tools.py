@@ -1,8 +1,8 @@
 """Tools a request offers that this server cannot run: left out of the prompt, and said.
 
 Both dialects define tools that run on their vendor's servers or that the model calls in a shape
-other than a function's (Responses ``web_search``, ``mcp``, ``custom`` …; Messages
-``web_search_20250305``, ``bash_20250124`` …). Clients send them by default, so refusing them
+other than a function's (Responses ``web_search``, ``mcp`` …; Messages ``web_search_20250305``,
+``bash_20250124`` …). Clients send them by default, so refusing them
 would stop a client before its first turn: they are not offered to the model, and the reply says
 which in the :data:`IGNORED_TOOLS_HEADER` header, with a log line.
 """

@@ -71,6 +71,19 @@ def test_too_many_videos(start_gateway: Callable[..., Running]) -> None:
     assert "api.max_videos" in response.json()["error"]["message"]
 
 
+@pytest.mark.parametrize("route", ["/v1/chat/completions", "/tokenize"])
+@pytest.mark.parametrize("kind", [["image_url"], {"image": 1}])
+def test_a_content_part_whose_type_is_no_string_is_a_400(gateway: Running, route: str, kind: object) -> None:
+    """The media count reads each part's ``type``; one that is a list or an object (schema-valid
+    for ``/tokenize``, whose parts the document leaves open) was a 500 (unhashable type)."""
+    parts = [{"type": kind, "image_url": {"url": "data:image/png;base64,AA=="}}]
+    response = gateway.http.post(
+        route, json={"model": "fake", "messages": [{"role": "user", "content": parts}]}
+    )
+    assert response.status_code == 400, response.text
+    assert "part 0: type must be a string" in response.json()["error"]["message"]
+
+
 def test_body_past_the_limit_is_413(start_gateway: Callable[..., Running]) -> None:
     gateway = start_gateway(max_body_mib=0.01)
     response = gateway.http.post(

@@ -46,8 +46,10 @@ def _tool_choice(value: str | dict[str, Any]) -> str | dict[str, Any]:
     if isinstance(value, str):
         if value not in ("none", "auto", "required"):
             raise ValueError(f"must be none, auto, required or a function object, not {value!r}")
-    elif value.get("type") != "function" or not isinstance(value.get("name"), str) or not value["name"]:
-        raise ValueError('an object tool_choice must be {"type": "function", "name": ...}')
+    elif value.get("type") not in ("function", "custom") or not isinstance(value.get("name"), str):
+        raise ValueError('an object tool_choice must be {"type": "function" or "custom", "name": ...}')
+    elif not value["name"]:
+        raise ValueError("an object tool_choice needs a name")
     return value
 
 
@@ -76,28 +78,6 @@ _PARTS = {
     },
 }
 _CONTENT = {"anyOf": [_STRING, _PARTS]}
-INPUT_ITEM_SCHEMA = {
-    "anyOf": [
-        object_schema(
-            ["role", "content"],
-            type={"const": "message"},
-            role={"enum": ["user", "system", "developer", "assistant"]},
-            content=_CONTENT,
-        ),
-        object_schema(
-            ["type", "name", "call_id"],
-            type={"const": "function_call"},
-            name=_STRING,
-            call_id=_STRING,
-            arguments=_STRING,
-            namespace=_STRING,
-        ),
-        object_schema(
-            ["type", "call_id"], type={"const": "function_call_output"}, call_id=_STRING, output=_CONTENT
-        ),
-        object_schema(["type"], type={"const": "reasoning"}, encrypted_content=_STRING),
-    ]
-}
 _FUNCTION = object_schema(
     ["type", "name"],
     type={"const": "function"},
@@ -105,9 +85,27 @@ _FUNCTION = object_schema(
     description=_STRING,
     parameters={"type": "object"},
 )
+_CUSTOM = object_schema(
+    ["type", "name"],
+    type={"const": "custom"},
+    name=_NAME,
+    description=_STRING,
+    format={
+        "anyOf": [
+            object_schema(["type"], type={"const": "text"}),
+            object_schema(
+                ["type", "syntax", "definition"],
+                type={"const": "grammar"},
+                syntax={"enum": ["lark", "regex"]},
+                definition={"type": "string", "minLength": 1},
+            ),
+        ]
+    },
+)
 TOOL_SCHEMA = {
     "anyOf": [
         _FUNCTION,
+        _CUSTOM,
         object_schema(
             ["type", "name", "tools"],
             type={"const": "namespace"},
@@ -117,12 +115,49 @@ TOOL_SCHEMA = {
                 "items": {
                     "anyOf": [
                         _FUNCTION,
-                        object_schema(["type", "name"], type={"const": "custom"}, name=_NAME),
+                        _CUSTOM,
                     ]
                 },
             },
         ),
         object_schema(["type"], type={"enum": list(NOT_OFFERED)}),
+    ]
+}
+
+
+def _call_items(kind: str, payload: str) -> list[dict[str, Any]]:
+    """A call input item (``function_call`` or ``custom_tool_call``, its ``payload`` field) and its output."""
+    call = object_schema(
+        ["type", "name", "call_id"],
+        type={"const": kind},
+        name=_STRING,
+        call_id=_STRING,
+        namespace=_STRING,
+        **{payload: _STRING},
+    )
+    output = object_schema(
+        ["type", "call_id"], type={"const": f"{kind}_output"}, call_id=_STRING, output=_CONTENT
+    )
+    return [call, output]
+
+
+INPUT_ITEM_SCHEMA = {
+    "anyOf": [
+        object_schema(
+            ["role", "content"],
+            type={"const": "message"},
+            role={"enum": ["user", "system", "developer", "assistant"]},
+            content=_CONTENT,
+        ),
+        *_call_items("function_call", "arguments"),
+        *_call_items("custom_tool_call", "input"),
+        object_schema(["type"], type={"const": "reasoning"}, encrypted_content=_STRING),
+        object_schema(
+            ["type", "tools"],
+            type={"const": "additional_tools"},
+            role={"const": "developer"},
+            tools={"type": "array", "items": TOOL_SCHEMA},
+        ),
     ]
 }
 Input = Annotated[
@@ -143,7 +178,7 @@ ToolChoice = Annotated[
     str | dict[str, Any],
     AfterValidator(_tool_choice),
     WithJsonSchema(
-        tool_choice_schema(object_schema(["type", "name"], type={"const": "function"}, name=_NAME))
+        tool_choice_schema(object_schema(["type", "name"], type={"enum": ["function", "custom"]}, name=_NAME))
     ),
 ]
 Include = Annotated[list[str], WithJsonSchema({"type": "array", "items": {"enum": sorted(INCLUDE_VALUES)}})]

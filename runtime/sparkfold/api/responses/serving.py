@@ -27,8 +27,14 @@ ENCRYPTED_REASONING = "reasoning.encrypted_content"
 
 
 def _say_ignored(tools: ResponsesTools, request: ResponsesRequest, call: CallContext) -> None:
-    """The tools not offered (header and log), and the reasoning fields this server cannot honour."""
+    """The tools not offered (header and log), the custom tools' grammars not enforced, and the
+    reasoning fields this server cannot honour."""
     say_ignored_tools(tools.ignored, call)
+    if tools.unenforced:
+        log.info(
+            "custom tools' lark grammars shown to the model, not enforced",
+            extra={"request_id": call.request_id, "tools": tools.unenforced},
+        )
     summary = (request.reasoning or {}).get("summary")
     if summary is not None:  # the reasoning itself is returned (reasoning_text), never a summary
         log.info(
@@ -52,7 +58,7 @@ class ResponsesServing:
             if found is None:
                 return self._missing(request.previous_response_id, call, "previous_response_id")
             history = found
-        tools = responses_tools(request.tools)
+        tools = responses_tools(request.tools, request.input)
         if isinstance(tools, ApiError):
             return tools
         _say_ignored(tools, request, call)

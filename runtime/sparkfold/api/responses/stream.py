@@ -3,8 +3,11 @@
 
 Reasoning, the message text and each function call are output items: ``output_item.added``,
 their deltas (``reasoning_text.delta``, ``output_text.delta``, ``function_call_arguments.delta``),
-their ``.done`` events and ``output_item.done``. Silence becomes an SSE comment; an engine error
-becomes ``response.failed``. The finished response is handed to ``on_done`` (the store).
+their ``.done`` events and ``output_item.done``. A custom tool's call (``custom_tool_call``) sends
+its whole ``input`` in one ``custom_tool_call_input.delta`` when the call is complete: the model
+writes it as the argument of a function (:mod:`sparkfold.api.responses.tools`), read once whole.
+Silence becomes an SSE comment; an engine error becomes ``response.failed``. The finished
+response is handed to ``on_done`` (the store).
 """
 
 from __future__ import annotations
@@ -13,8 +16,14 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable
 from typing import Any
 
 from sparkfold.api.chat_stream import DONE, ChatEvent, as_chunk, choices_of, each_event, is_text
-from sparkfold.api.responses.tools import ResponsesTools
-from sparkfold.api.responses.translate import call_arguments, call_item, message_item, reasoning_item
+from sparkfold.api.responses.tools import ResponsesTools, custom_input
+from sparkfold.api.responses.translate import (
+    call_arguments,
+    call_item,
+    custom_call_item,
+    message_item,
+    reasoning_item,
+)
 from sparkfold.api.sealed import ReasoningSeal
 from sparkfold.protocol import new_id
 from sparkfold.sse import KEEPALIVE_COMMENT, named_event
@@ -90,12 +99,19 @@ async def responses_sse(
                     },
                 )
             )
-        elif item.kind == "function_call":
+        elif item.kind in ("function_call", "custom_tool_call"):
             base = {"item_id": item.item["id"], "output_index": item.index}
             arguments, status = call_arguments(item.text, finish)
-            done = {**base, "name": item.item["name"], "arguments": arguments}
-            out.append(emit("response.function_call_arguments.done", done))
-            item.item = {**item.item, "arguments": arguments, "status": status}
+            if item.kind == "custom_tool_call":
+                text = custom_input(arguments)
+                if text:
+                    out.append(emit("response.custom_tool_call_input.delta", {**base, "delta": text}))
+                out.append(emit("response.custom_tool_call_input.done", {**base, "input": text}))
+                item.item = {**item.item, "input": text, "status": status}
+            else:
+                done = {**base, "name": item.item["name"], "arguments": arguments}
+                out.append(emit("response.function_call_arguments.done", done))
+                item.item = {**item.item, "arguments": arguments, "status": status}
             reply.setdefault("tool_calls", []).append(
                 {
                     "id": item.item["call_id"],
@@ -173,16 +189,21 @@ async def responses_sse(
                 if function.get("name"):
                     call_id = call.get("id") or new_id("call")
                     names = tools.call_fields(function["name"])
-                    item = call_item(new_id("fc"), call_id, names, "", status="in_progress")
-                    for out in open_item("function_call", item):
+                    if tools.is_custom(function["name"]):
+                        kind, item = "custom_tool_call", custom_call_item(new_id("ctc"), call_id, names, "")
+                    else:
+                        kind, item = "function_call", call_item(new_id("fc"), call_id, names, "")
+                    for out in open_item(kind, {**item, "status": "in_progress"}):
                         yield out
                     assert current is not None
                     current.offered = function["name"]
-                if current is None or current.kind != "function_call":
+                if current is None or current.kind not in ("function_call", "custom_tool_call"):
                     continue  # arguments of no open call: nothing to attach them to
                 piece = function.get("arguments") or ""
                 if piece:
                     current.text += piece
+                    if current.kind == "custom_tool_call":
+                        continue  # sent whole when the call closes
                     base = {"item_id": current.item["id"], "output_index": current.index}
                     yield emit("response.function_call_arguments.delta", {**base, "delta": piece})
             if choice.get("finish_reason"):

@@ -10,13 +10,14 @@ from pydantic import ValidationError
 
 from sparkfold.api.errors import InvalidRequest, untranslatable
 from sparkfold.api.responses.protocol import INCLUDE_VALUES, ResponsesRequest
-from sparkfold.api.responses.tools import ResponsesTools, offered_name
+from sparkfold.api.responses.tools import ResponsesTools, custom_arguments, custom_input, offered_name
 from sparkfold.api.sealed import ReasoningSeal
 from sparkfold.api.tool_results import orphan_result
 from sparkfold.protocol import ChatCompletionRequest, new_id
 
 __all__ = [
     "call_item",
+    "custom_call_item",
     "instructions_of",
     "message_item",
     "output_items",
@@ -25,6 +26,8 @@ __all__ = [
     "to_chat",
     "to_chat_messages",
 ]
+
+CALL_OUTPUTS = ("function_call_output", "custom_tool_call_output")
 
 
 def _content(content: Any, where: str) -> str | list[dict[str, Any]] | InvalidRequest:
@@ -92,7 +95,9 @@ def to_chat_messages(request: ResponsesRequest, seal: ReasoningSeal) -> list[dic
     """The input items as chat messages (``instructions`` apart: :func:`instructions_of`). A reply's
     items sent back (``reasoning``, ``message``, ``function_call``: what a stateless client echoes)
     become one assistant turn, its reasoning as ``reasoning_content`` (GLM's template shows it for
-    the turns after the last user message, the steps of a tool loop, and drops it before)."""
+    the turns after the last user message, the steps of a tool loop, and drops it before). A
+    ``custom_tool_call`` is the function call it was offered as, its output a tool message; an
+    ``additional_tools`` item adds tools only (:func:`~sparkfold.api.responses.tools.responses_tools`)."""
     messages: list[dict[str, Any]] = []
     if isinstance(request.input, str):
         return [{"role": "user", "content": request.input}]
@@ -112,7 +117,7 @@ def to_chat_messages(request: ResponsesRequest, seal: ReasoningSeal) -> list[dic
     for i, item in enumerate(request.input):
         where = f"input[{i}]"
         kind = item.get("type", "message")
-        if pictures and kind != "function_call_output":
+        if pictures and kind not in CALL_OUTPUTS:
             messages.append({"role": "user", "content": pictures})
             pictures = []
         if kind == "message" and item.get("role") in ("user", "system", "developer", "assistant"):
@@ -126,23 +131,30 @@ def to_chat_messages(request: ResponsesRequest, seal: ReasoningSeal) -> list[dic
             else:
                 reasoning = ""
                 messages.append({"role": item["role"], "content": content})
-        elif kind == "function_call" and isinstance(item.get("name"), str):
+        elif kind in ("function_call", "custom_tool_call") and isinstance(item.get("name"), str):
+            arguments = (
+                str(item.get("arguments") or "{}")
+                if kind == "function_call"
+                else custom_arguments(str(item.get("input") or ""))
+            )
             call = {
                 "id": str(item.get("call_id") or item.get("id") or new_id("call")),
                 "type": "function",
                 "function": {
                     "name": offered_name(item["name"], item.get("namespace")),
-                    "arguments": str(item.get("arguments") or "{}"),
+                    "arguments": arguments,
                 },
             }
             assistant_turn().setdefault("tool_calls", []).append(call)
-        elif kind == "function_call_output" and isinstance(item.get("call_id"), str):
+        elif kind in CALL_OUTPUTS and isinstance(item.get("call_id"), str):
             output = _call_output(item.get("output", ""), f"{where}.output")
             if isinstance(output, InvalidRequest):
                 return output
             text, carried = output
             messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": text})
             pictures += carried
+        elif kind == "additional_tools":
+            continue
         elif kind == "reasoning":
             thought = _reasoning_text(item, seal, where)
             if isinstance(thought, InvalidRequest):
@@ -151,7 +163,8 @@ def to_chat_messages(request: ResponsesRequest, seal: ReasoningSeal) -> list[dic
         else:
             return InvalidRequest(
                 f"{where}: unsupported input item (type {kind!r}); use message, function_call, "
-                "function_call_output or reasoning",
+                "function_call_output, custom_tool_call, custom_tool_call_output, reasoning or "
+                "additional_tools",
                 param=where,
             )
     if pictures:
@@ -196,7 +209,8 @@ def to_chat(
     if isinstance(request.tool_choice, str):
         fields["tool_choice"] = request.tool_choice
     elif isinstance(request.tool_choice, dict) and isinstance(request.tool_choice.get("name"), str):
-        fields["tool_choice"] = {"type": "function", "function": {"name": request.tool_choice["name"]}}
+        name = offered_name(request.tool_choice["name"], request.tool_choice.get("namespace"))
+        fields["tool_choice"] = {"type": "function", "function": {"name": name}}
     if request.reasoning is not None:
         fields["reasoning"] = request.reasoning  # read by the reasoning controls
     text_format = (request.text or {}).get("format")
@@ -282,7 +296,7 @@ def output_items(
     seal: ReasoningSeal | None = None,
 ) -> list[dict[str, Any]]:
     """A chat reply message as Responses output items (reasoning, sealed by ``seal`` when given;
-    message; function calls named back by ``tools``)."""
+    message; function and custom tool calls named back by ``tools``)."""
     items: list[dict[str, Any]] = []
     tools = tools or ResponsesTools()
     if message.get("reasoning_content"):
@@ -292,8 +306,12 @@ def output_items(
     for call in message.get("tool_calls") or []:
         function = call.get("function") or {}
         arguments, status = call_arguments(function.get("arguments") or "", finish_reason)
-        names = tools.call_fields(function.get("name", ""))
-        items.append(call_item(new_id("fc"), call.get("id") or new_id("call"), names, arguments, status))
+        offered, call_id = function.get("name", ""), call.get("id") or new_id("call")
+        names = tools.call_fields(offered)
+        if tools.is_custom(offered):
+            items.append(custom_call_item(new_id("ctc"), call_id, names, custom_input(arguments), status))
+        else:
+            items.append(call_item(new_id("fc"), call_id, names, arguments, status))
     return items
 
 
@@ -327,5 +345,20 @@ def call_item(
         "call_id": call_id,
         **names,
         "arguments": arguments,
+        "status": status,
+    }
+
+
+def custom_call_item(
+    item_id: str, call_id: str, names: dict[str, str], text: str, status: str = "completed"
+) -> dict[str, Any]:
+    """A ``custom_tool_call`` item: its ``input`` is the freeform text (``names`` as for
+    :func:`call_item`)."""
+    return {
+        "type": "custom_tool_call",
+        "id": item_id,
+        "call_id": call_id,
+        **names,
+        "input": text,
         "status": status,
     }
