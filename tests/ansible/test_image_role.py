@@ -91,6 +91,16 @@ def test_build_once_then_converge(repo: Path, pair: Path) -> None:
     assert f"{IMAGE} on h1: current" in again.stdout
 
 
+@pytest.mark.slow
+def test_a_venv_engine_has_no_image_and_touches_no_docker(repo: Path, pair: Path) -> None:
+    """The plan's way is none: the stage says why and runs no Docker task, nothing is recorded."""
+    run = play(repo, pair, "-e", "sparkfold_engine=transformers", "-e", "sparkfold_image_tensorfold_commit=")
+    assert run.returncode == 0 and "changed=0" in recap(run), run.stdout + run.stderr
+    said = " ".join(run.stdout.split())
+    assert "nothing to build: the transformers engine runs inside the sparkfold venv" in said, run.stdout
+    assert not (pair / "docker/calls").exists() and not (pair / "control/pins").exists()
+
+
 def builds_so_far(pair: Path) -> int:
     return sum(line.startswith("build ") for line in (pair / "docker/calls").read_text().splitlines())
 

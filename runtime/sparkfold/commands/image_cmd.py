@@ -286,7 +286,8 @@ def pull(ref: str, expected: str, tag: str, check: bool, as_json: bool) -> None:
     "series_file",
     metavar="FILE",
     type=click.Path(dir_okay=False),
-    help="Our own series file: what its profile.toml supports joins the profile (as for image hash).",
+    help="Our own series file: what its profile.toml supports joins the profile (as for image hash; "
+    "a ready context's own profile.toml instead).",
 )
 @json_option
 def plan_(
@@ -309,7 +310,10 @@ def plan_(
             if probe_file
             else None
         )
-        supports = _supports(Path(series_file).parent / "profile.toml") if series_file else []
+        # As `image hash`: a ready context's profile.toml, else the one beside our series.
+        context = image_vars.sparkfold_image_source == "context" and image_vars.sparkfold_image_context_dir
+        folder = Path(context) if context else Path(series_file).parent if series_file else None
+        supports = _supports(folder / "profile.toml") if folder else []
         done = plan(image_vars, Records(Path(records_dir)), probe, series_supports=supports)
     except PlanError as exc:
         raise click.ClickException(str(exc)) from None

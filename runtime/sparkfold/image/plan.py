@@ -6,17 +6,27 @@ this run found out (:class:`Probe`: each node's Docker and image labels, and wha
 now), and returns one :class:`Plan`. Nothing here runs a command or writes a file: the role probes,
 asks for the plan (``sparkfold image plan --json``) and carries it out.
 
-The rules are the role's, each cited where it lives under ``roles/sparkfold_image/``:
+How the role carries it out (``roles/sparkfold_image/``): ``tasks/plan.yml`` runs this on the
+control host before anything else, with the role's variables as it sees them and no probe; then
 
-* the way (``tasks/main.yml``'s ``when:`` lists): ``none`` unless ``sparkfold_engine`` is
-  ``tensorfold``; ``published`` when ``sparkfold_image_registry_ref`` is set (``pull.yml``);
-  else a build on the head (``build.yml``): ``build`` from an external series
-  (``sparkfold_image_series_ref``, ``series.yml``) or a ready context (``source.yml``), ``stock``
-  for TensorFold with only our own series;
-* the pins, trust on first use (``pin.yml``, ``base.yml``, ``series.yml`` through
-  ``roles/sparkfold/tasks/pins.yml``): the inventory's value, else the one recorded under
-  ``<control_dir>/pins/<inventory>/``, else the one resolved now (then to be recorded);
-* the stops, in the order the role meets them, with the role's words (:data:`STOPS`).
+* the way: ``tasks/main.yml`` includes ``way-<way>.yml``. ``none`` unless ``sparkfold_engine`` is
+  ``tensorfold`` (the venv engines); ``published`` when ``sparkfold_image_registry_ref`` is set
+  (pulled by digest on every node); else a build on the head: ``build`` from an external series
+  (``sparkfold_image_series_ref``) or a ready context (``sparkfold_image_source: context``),
+  ``stock`` for TensorFold with only our own series;
+* the pins, trust on first use: the inventory's value, else the one recorded under
+  ``<control_dir>/pins/<inventory>/``, else the one resolved now. The kinds the plan lists in
+  ``to_record`` are resolved on the head (``pin.yml``: the tag; ``base.yml``: the base image;
+  ``series.yml``: the external series) and written to ``record_files`` through the one
+  ``roles/sparkfold/tasks/pins.yml``;
+* the stops, keyed (``stops``), in the order the role meets them, with the words users see
+  (:data:`STOPS`): the role asserts each where it meets it (after the same steps as ever), with the
+  plan's words for those the variables and records decide (source, base, settings) and its own for
+  those only the run finds out (a node's Docker, the published label, a moved tag);
+* the profile: ``profile.yml`` writes ``profile_name`` and ``supports``.
+
+Given ``--probe`` facts (``sparkfold image plan`` by hand), the plan also says what the head
+resolved now, whether each node's image is current and the stops those facts bring.
 """
 
 from __future__ import annotations
@@ -46,6 +56,7 @@ __all__ = [
 Way = Literal["published", "build", "stock", "none"]
 Source = Literal["inventory", "recorded", "resolved-now", "unresolved"]
 Currency = Literal["current", "stale", "missing", "unknown"]
+Kind = Literal["image", "commit", "base", "series"]
 
 _DIGEST = re.compile(r"^[^@]+@sha256:[0-9a-f]{64}$")
 _PUBLISHED = re.compile(r"@sha256:[0-9a-f]{64}$")
@@ -266,16 +277,23 @@ class Probe:
 
 @dataclass(frozen=True)
 class Pin:
-    """One pinned value: what it pins, its value, where it came from and its record file.
+    """One pinned value: what it pins (``kind``: image, commit, base or series; ``name``: the ref,
+    the base image's name or the series file), its value, where it came from and its record file.
 
     ``record`` is true when the value was resolved now and must be written to ``record_file``.
     """
 
-    what: str
+    kind: Kind
+    name: str
     value: str
     source: Source
     record_file: str
     record: bool = False
+
+    @property
+    def what(self) -> str:
+        """In words: ``tensorfold v0.6.0``, ``base nvcr.io/...``, ``series 0001-x.patch``, ``image``."""
+        return " ".join(filter(None, ("tensorfold" if self.kind == "commit" else self.kind, self.name)))
 
 
 @dataclass(frozen=True)
@@ -295,9 +313,35 @@ class Plan:
     profile_name: str
     supports: tuple[str, ...]
     stop: str | None
+    stops: Mapping[str, str] = field(default_factory=dict)
+    """Every stop that applies, keyed as :data:`STOPS` (``stop`` is the first): the role asserts
+    each where it meets it, so a run stops after the same steps as before, in these words."""
+    warnings: Mapping[str, str] = field(default_factory=dict)
+    """What the role warns about when it goes on: ``base_unpinned`` (the base is a tag)."""
+    record_files: Mapping[str, str] = field(default_factory=dict)
+    """Where each kind of pin this way has is recorded on the control host (commit, base, series),
+    also where no pin of that kind is known yet (a series whose files are not listed nor recorded)."""
+    to_record: tuple[Kind, ...] = ()
+    """The kinds of pin this run resolves on the head and records (trust on first use, through
+    roles/sparkfold/tasks/pins.yml): neither the inventory nor a record pins them (a series: some
+    file, or no file is known yet)."""
+
+    def pin(self, kind: Kind) -> Pin | None:
+        """The one pin of ``kind`` (image, commit or base), if the way has it."""
+        return next((p for p in self.pins if p.kind == kind), None)
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The plan as ``sparkfold image plan --json`` gives it: also each pin in words (``what``)
+        and ``pinned``, the pins by kind (image, commit, base: one or null; series: a list)."""
+        found = asdict(self)
+        for pin, given in zip(self.pins, found["pins"], strict=True):
+            given["what"] = pin.what
+        found["pinned"] = {
+            kind: next((p for p in found["pins"] if p["kind"] == kind), None)
+            for kind in ("image", "commit", "base")
+        }
+        found["pinned"]["series"] = [p for p in found["pins"] if p["kind"] == "series"]
+        return found
 
 
 def plan(
@@ -310,7 +354,7 @@ def plan(
     if way == "none":
         return Plan(way, "", values.sparkfold_image_name, (), (), "", (), None)
     pins = _pins(values, records, probe, way)
-    stop = _stop(values, records, probe, way, pins)
+    stops = _stops(values, records, probe, way, pins)
     return Plan(
         way=way,
         source="registry" if way == "published" else values.sparkfold_image_source,
@@ -319,7 +363,11 @@ def plan(
         nodes=tuple(_currency(values, probe, way, name, facts) for name, facts in probe.nodes.items()),
         profile_name=_profile_name(values),
         supports=_supports(values, series_supports),
-        stop=stop,
+        stop=next(iter(stops.values()), None),
+        stops=stops,
+        warnings=_warnings(values, way),
+        record_files=_record_files(values, records, way),
+        to_record=_to_record(values, pins),
     )
 
 
@@ -335,16 +383,16 @@ def _way(values: ImageVars) -> Way:
     return "stock"
 
 
-def _pinned(what: str, inventory: str, recorded: str, now: str, record_file: Path) -> Pin:
-    """Trust on first use (tasks/pin.yml, tasks/base.yml, roles/sparkfold/tasks/pins.yml): the
-    inventory's value, else the recorded one, else the one resolved now (to be recorded)."""
+def _pinned(kind: Kind, name: str, inventory: str, recorded: str, now: str, record_file: Path) -> Pin:
+    """Trust on first use (recorded through roles/sparkfold/tasks/pins.yml): the inventory's value,
+    else the recorded one, else the one resolved now (to be recorded)."""
     if inventory:
-        return Pin(what, inventory, "inventory", str(record_file))
+        return Pin(kind, name, inventory, "inventory", str(record_file))
     if recorded:
-        return Pin(what, recorded, "recorded", str(record_file))
+        return Pin(kind, name, recorded, "recorded", str(record_file))
     if now:
-        return Pin(what, now, "resolved-now", str(record_file), record=True)
-    return Pin(what, "", "unresolved", str(record_file))
+        return Pin(kind, name, now, "resolved-now", str(record_file), record=True)
+    return Pin(kind, name, "", "unresolved", str(record_file))
 
 
 def _base_name(values: ImageVars) -> str:
@@ -364,14 +412,15 @@ def _series_commit(values: ImageVars) -> str:
 def _pins(values: ImageVars, records: Records, probe: Probe, way: Way) -> list[Pin]:
     pins: list[Pin] = []
     if way == "published":
-        pins.append(Pin("image", values.sparkfold_image_registry_ref, "inventory", ""))
+        pins.append(Pin("image", "", values.sparkfold_image_registry_ref, "inventory", ""))
     # tasks/main.yml: pin.yml and base.yml run for a git source without a registry ref.
     if way != "published" and values.sparkfold_image_source == "git":
         ref = values.sparkfold_image_tensorfold_ref
         commit_file = records.commit_file(ref)
         pins.append(
             _pinned(
-                f"tensorfold {ref}",
+                "commit",
+                ref,
                 values.sparkfold_image_tensorfold_commit,
                 Records.text(commit_file) if not values.sparkfold_image_tensorfold_commit else "",
                 probe.tag_commit,
@@ -381,7 +430,8 @@ def _pins(values: ImageVars, records: Records, probe: Probe, way: Way) -> list[P
         base_file = records.base_file(_base_name(values))
         pins.append(
             _pinned(
-                f"base {_base_name(values)}",
+                "base",
+                _base_name(values),
                 _base_inventory_digest(values),
                 Records.text(base_file),
                 probe.base_digest,
@@ -399,7 +449,8 @@ def _pins(values: ImageVars, records: Records, probe: Probe, way: Way) -> list[P
         for name in names:
             pins.append(
                 _pinned(
-                    f"series {name}",
+                    "series",
+                    name,
                     given.get(name, ""),
                     recorded.get(name, ""),
                     probe.fetched.get(name, ""),
@@ -409,11 +460,14 @@ def _pins(values: ImageVars, records: Records, probe: Probe, way: Way) -> list[P
     return pins
 
 
-def _stop(values: ImageVars, records: Records, probe: Probe, way: Way, pins: Sequence[Pin]) -> str | None:
-    """The first stop the role meets, in tasks/main.yml's order, with its words (:data:`STOPS`)."""
+def _stops(
+    values: ImageVars, records: Records, probe: Probe, way: Way, pins: Sequence[Pin]
+) -> dict[str, str]:
+    """Every stop that applies, in the order the role meets them, with its words (:data:`STOPS`)."""
+    stops: dict[str, str] = {}
     for node, facts in probe.nodes.items():
-        if values.sparkfold_image_docker_required and not facts.docker:
-            return STOPS["docker"].format(node=node, problem=facts.problem or "no answer")
+        if values.sparkfold_image_docker_required and not facts.docker and "docker" not in stops:
+            stops["docker"] = STOPS["docker"].format(node=node, problem=facts.problem or "no answer")
     source = values.sparkfold_image_source
     if not (
         source == "git"
@@ -423,19 +477,19 @@ def _stop(values: ImageVars, records: Records, probe: Probe, way: Way, pins: Seq
             and not values.sparkfold_image_registry_ref
         )
     ):
-        return STOPS["source"].format(source=source)
+        stops["source"] = STOPS["source"].format(source=source)
     if way != "published" and source == "git":
         base = values.sparkfold_image_base
         if "@" in base and not _DIGEST.match(base):
-            return STOPS["base_malformed"].format(base=base)
+            stops["base_malformed"] = STOPS["base_malformed"].format(base=base)
         if values.sparkfold_image_base_digest_required and "@sha256:" not in base:
-            return STOPS["base_unpinned"].format(base=base, inventory_dir=values.inventory_dir)
+            stops["base_unpinned"] = _unpinned_base(values)
         inventory, recorded = (
             _base_inventory_digest(values),
             Records.text(records.base_file(_base_name(values))),
         )
         if inventory and recorded not in ("", inventory):
-            return STOPS["base_mismatch"].format(
+            stops["base_mismatch"] = STOPS["base_mismatch"].format(
                 inventory=inventory,
                 recorded=recorded,
                 name=_base_name(values),
@@ -446,7 +500,7 @@ def _stop(values: ImageVars, records: Records, probe: Probe, way: Way, pins: Seq
     if (engine_image or values.sparkfold_image_name) != values.sparkfold_image_name or (
         registry and not _PUBLISHED.search(registry)
     ):
-        return STOPS["settings"].format(
+        stops["settings"] = STOPS["settings"].format(
             engine_image=engine_image or "unset", name=values.sparkfold_image_name, registry_ref=registry
         )
     head = probe.nodes.get(probe.head)
@@ -454,25 +508,58 @@ def _stop(values: ImageVars, records: Records, probe: Probe, way: Way, pins: Seq
     # tasks/pull.yml: without a series the label to accept by is the inventory's (when the head has Docker).
     label = values.sparkfold_image_published_label
     if way == "published" and not values.sparkfold_image_series_ref and head_docker and len(label) != 12:
-        return STOPS["published_label"].format(registry_ref=registry)
+        stops["published_label"] = STOPS["published_label"].format(registry_ref=registry)
     # tasks/build.yml re-checks the tag only where the head's image is due for a build.
     head_due = head is not None and _currency(values, probe, way, probe.head, head).state in (
         "stale",
         "missing",
     )
-    if way != "published" and source == "git" and probe.tag_commit and head_due:
-        commit = next(p for p in pins if p.what.startswith("tensorfold "))
-        if commit.value and commit.value != probe.tag_commit:
-            given = values.sparkfold_image_tensorfold_commit
-            return STOPS["tag_moved"].format(
-                ref=values.sparkfold_image_tensorfold_ref,
-                repo=values.sparkfold_image_tensorfold_repo,
-                now=probe.tag_commit,
-                pinned=commit.value,
-                where="sparkfold_image_tensorfold_commit" if given else commit.record_file,
-                delete="" if given else f" (and delete {commit.record_file})",
-            )
-    return None
+    commit = next((p for p in pins if p.kind == "commit"), None)
+    if commit and probe.tag_commit and head_due and commit.value and commit.value != probe.tag_commit:
+        given = values.sparkfold_image_tensorfold_commit
+        stops["tag_moved"] = STOPS["tag_moved"].format(
+            ref=values.sparkfold_image_tensorfold_ref,
+            repo=values.sparkfold_image_tensorfold_repo,
+            now=probe.tag_commit,
+            pinned=commit.value,
+            where="sparkfold_image_tensorfold_commit" if given else commit.record_file,
+            delete="" if given else f" (and delete {commit.record_file})",
+        )
+    return stops
+
+
+def _record_files(values: ImageVars, records: Records, way: Way) -> dict[str, str]:
+    found: dict[str, str] = {}
+    if way != "published" and values.sparkfold_image_source == "git":
+        found["commit"] = str(records.commit_file(values.sparkfold_image_tensorfold_ref))
+        found["base"] = str(records.base_file(_base_name(values)))
+    if values.sparkfold_image_series_ref:
+        found["series"] = str(records.series_file(_series_commit(values)))
+    return found
+
+
+def _to_record(values: ImageVars, pins: Sequence[Pin]) -> tuple[Kind, ...]:
+    held = ("inventory", "recorded")
+    kinds: list[Kind] = [p.kind for p in pins if p.kind in ("commit", "base") and p.source not in held]
+    series = [p for p in pins if p.kind == "series"]
+    if values.sparkfold_image_series_ref and (not series or any(p.source not in held for p in series)):
+        kinds.append("series")
+    return tuple(kinds)
+
+
+def _unpinned_base(values: ImageVars) -> str:
+    return STOPS["base_unpinned"].format(base=values.sparkfold_image_base, inventory_dir=values.inventory_dir)
+
+
+def _warnings(values: ImageVars, way: Way) -> dict[str, str]:
+    """tasks/base.yml warns, with the stop's words, when the base the build uses is a tag."""
+    if (
+        way != "published"
+        and values.sparkfold_image_source == "git"
+        and "@" not in values.sparkfold_image_base
+    ):
+        return {"base_unpinned": _unpinned_base(values)}
+    return {}
 
 
 def _currency(values: ImageVars, probe: Probe, way: Way, node: str, facts: NodeFacts) -> NodeState:

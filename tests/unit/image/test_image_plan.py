@@ -211,6 +211,83 @@ def test_published_currency_is_the_digest_and_label(repo: Path, tmp_path: Path) 
     assert required.stop == STOPS["docker"].format(node="w3", problem="no daemon")
 
 
+def test_what_is_not_pinned_is_resolved_and_recorded_where_the_plan_says(repo: Path, tmp_path: Path) -> None:
+    """The role resolves on the head, and records through roles/sparkfold/tasks/pins.yml, the kinds
+    in ``to_record``; a series with no file known yet is one of them."""
+    fresh = plan_of(repo, tmp_path, sparkfold_image_series_ref=SERIES)
+    pins = tmp_path / "pins"
+    assert fresh.to_record == ("commit", "base", "series")
+    assert fresh.record_files == {
+        "commit": str(pins / "tensorfold-v0.6.0.commit"),
+        "base": str(pins / "base-nvcr.io_nvidia_pytorch_26.07-py3.digest"),
+        "series": str(pins / f"series-{'c' * 40}.yml"),
+    }
+    record(tmp_path, "tensorfold-v0.6.0.commit", COMMIT)
+    listed = {**SERIES, "files": [{"name": "0001.patch", "sha256": "d" * 64}]}
+    held = plan_of(repo, tmp_path, sparkfold_image_base=f"{BASE}@{DIGEST}", sparkfold_image_series_ref=listed)
+    assert held.to_record == ()
+    half = {**SERIES, "files": [{"name": "0001.patch", "sha256": "d" * 64}, {"name": "0002.patch"}]}
+    assert plan_of(repo, tmp_path, sparkfold_image_series_ref=half).to_record == ("base", "series")
+    published = plan_of(
+        repo, tmp_path, sparkfold_image_registry_ref=PUBLISHED, sparkfold_image_series_ref=SERIES
+    )
+    assert (published.to_record, set(published.record_files)) == (("series",), {"series"})
+
+
+def test_every_stop_that_applies_is_keyed_and_the_first_is_the_stop(repo: Path, tmp_path: Path) -> None:
+    """The role asserts each stop where it meets it: all that apply are in ``stops``, in its order."""
+    done = plan_of(
+        repo,
+        tmp_path,
+        sparkfold_image_base_digest_required=True,
+        sparkfold_engine_tensorfold={"image": "other:tag"},
+    )
+    assert list(done.stops) == ["base_unpinned", "settings"] and done.stop == done.stops["base_unpinned"]
+    assert done.warnings == {"base_unpinned": done.stops["base_unpinned"]}
+    assert plan_of(repo, tmp_path, sparkfold_image_base=f"{BASE}@{DIGEST}").warnings == {}
+
+
+def test_the_json_names_each_pin_by_kind(repo: Path, tmp_path: Path) -> None:
+    files = [{"name": "0001.patch", "sha256": "d" * 64}]
+    found = plan_of(
+        repo,
+        tmp_path,
+        sparkfold_image_tensorfold_commit=COMMIT,
+        sparkfold_image_series_ref={**SERIES, "files": files},
+    ).as_dict()
+    assert found["pinned"]["image"] is None
+    assert (found["pinned"]["commit"]["value"], found["pinned"]["commit"]["what"]) == (
+        COMMIT,
+        "tensorfold v0.6.0",
+    )
+    assert (found["pinned"]["base"]["name"], found["pinned"]["base"]["source"]) == (BASE, "unresolved")
+    assert [(p["name"], p["value"]) for p in found["pinned"]["series"]] == [("0001.patch", "d" * 64)]
+
+
+def test_a_ready_contexts_profile_is_its_own(repo: Path, tmp_path: Path) -> None:
+    """As `image hash --context`: the context's profile.toml, not the one beside our series."""
+    context = tmp_path / "standin"
+    context.mkdir()
+    (context / "profile.toml").write_text('image = "the stand-in"\nsupports = ["vision"]\n')
+    values = tmp_path / "vars.json"
+    values.write_text(
+        json.dumps(
+            {
+                **role_defaults(repo),
+                "sparkfold_engine": "tensorfold",
+                "sparkfold_image_source": "context",
+                "sparkfold_image_context_dir": str(context),
+                "sparkfold_control_dir": str(tmp_path),
+            }
+        )
+    )
+    series = str(repo / "patches/tensorfold/v0.6.0/series")
+    args = ["image", "plan", "--json", "--inventory-vars", str(values), "--series", series]
+    done = CliRunner().invoke(main, args)
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.output)["supports"] == ["vision"]
+
+
 def test_a_missing_variable_is_named(repo: Path) -> None:
     with pytest.raises(PlanError, match="sparkfold_image_base"):
         ImageVars.from_mapping({"sparkfold_engine": "tensorfold"})
@@ -255,41 +332,54 @@ def test_the_command_prints_the_plan(repo: Path, tmp_path: Path) -> None:
     assert lacking.exit_code == 1 and "the image variables lack sparkfold_image_name" in lacking.output
 
 
-# Where the role keeps each stop's words today: (file under roles/sparkfold_image/, task name or var).
-ROLE_WORDS = {
-    "docker": ("tasks/docker.yml", "Stop if Docker does not answer on a node that must run the engine image"),
+# The stops the role asserts with the plan's words (task file, task name) ...
+PLANNED = {
     "source": ("tasks/source.yml", "Stop if the image source is not usable"),
     "base_malformed": ("tasks/base.yml", "Stop if the base image's digest is malformed"),
-    "base_unpinned": ("vars/main.yml", "_sparkfold_image_unpinned_base"),
+    "base_unpinned": ("tasks/base.yml", "Stop if the base image must be pinned by digest and is not"),
     "base_mismatch": (
         "tasks/base.yml",
         "Stop if the inventory's base digest is not the one recorded at first use",
     ),
     "settings": ("tasks/hash.yml", "Stop if the image settings do not fit together"),
+}
+# ... and those it words itself, on what only the run finds out (a node's Docker, the label the head
+# computed, the tag now).
+ROLE_WORDS = {
+    "docker": ("tasks/docker.yml", "Stop if Docker does not answer on a node that must run the engine image"),
     "published_label": ("tasks/pull.yml", "Stop if there is no label to accept the published image by"),
     "tag_moved": ("tasks/build.yml", "Stop if the tag moved away from the pinned commit"),
 }
 _JINJA = re.compile(r"\{\{(?:'[^']*'|\"[^\"]*\"|[^'\"])*?\}\}")
 
 
-def role_message(repo: Path, file: str, name: str) -> str:
-    found = yaml.safe_load((repo / "roles/sparkfold_image" / file).read_text())
-    if isinstance(found, dict):
-        return str(found[name])
-    tasks = list(found)
+def role_assert(repo: Path, file: str, name: str) -> dict[str, Any]:
+    tasks = list(yaml.safe_load((repo / "roles/sparkfold_image" / file).read_text()))
     while tasks:
         task = tasks.pop()
         tasks += task.get("block", []) + task.get("rescue", [])
         if task.get("name") == name:
-            return str(task["ansible.builtin.assert"]["fail_msg"])
+            return dict(task["ansible.builtin.assert"])
     raise AssertionError(f"no task {name!r} in {file}")
 
 
-@pytest.mark.parametrize("stop", sorted(STOPS))
+def test_every_stop_is_the_plans_or_worded_by_the_role() -> None:
+    assert set(PLANNED) | set(ROLE_WORDS) == set(STOPS) and not set(PLANNED) & set(ROLE_WORDS)
+
+
+@pytest.mark.parametrize("stop", sorted(PLANNED))
+def test_the_role_stops_with_the_plans_words(repo: Path, stop: str) -> None:
+    """The role asserts the plan's stop where it met it before, and prints the plan's words."""
+    task = role_assert(repo, *PLANNED[stop])
+    assert task["that"] == f"_sparkfold_image_plan.stops.{stop} is not defined", task
+    assert task["fail_msg"] == f"{{{{ _sparkfold_image_plan.stops.{stop} | default('') }}}}", task
+
+
+@pytest.mark.parametrize("stop", sorted(ROLE_WORDS))
 def test_the_stops_keep_the_roles_words(repo: Path, stop: str) -> None:
     """Every literal run of the role's message appears, in order, in the planner's (the role's Jinja
     fields are the planner's format fields)."""
-    role = " ".join(role_message(repo, *ROLE_WORDS[stop]).split())
+    role = " ".join(str(role_assert(repo, *ROLE_WORDS[stop])["fail_msg"]).split())
     ours = " ".join(STOPS[stop].split())
     at = 0
     for literal in (part.strip() for part in _JINJA.split(role)):
