@@ -124,6 +124,13 @@ class TransformersSettings(_Section):
         description="prompt tokens per forward while a prompt is read, interleaved with the other "
         "requests' decode steps; 0 = the whole prompt in one forward",
     )
+    prefix_cache_tokens: int = Field(
+        8192,
+        ge=0,
+        description="prompt tokens each lane keeps in its KV cache after a request, so the next request "
+        "that starts with the same tokens reads only the rest (reuse resumes at a whole prefill chunk); "
+        "0 = off",
+    )
 
 
 class Exllamav3Settings(_Section):

@@ -95,3 +95,49 @@ def test_rank1_receives_the_steps_rank0_sends_and_all_reduce_sums() -> None:
     sent, (summed, received) = _both_ranks((settings, settings), work)
     assert torch.equal(sent, torch.full((4,), 3.0)) and torch.equal(summed, sent)
     assert received == steps
+
+
+def test_rank1_keeps_what_rank0_reuses() -> None:
+    """A prompt reused from a lane on two ranks gives the logits of the same prompt read cold: rank 1
+    cut its own lane back as rank 0 did (a longer cache there would change its half of every MLP)."""
+    import copy
+
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from sparkfold.engines.transformers.backend import ModelRunner
+    from sparkfold.engines.transformers.tensor_parallel import split_mlps
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4
+    )
+    models = [LlamaForCausalLM(config).eval(), None]
+    models[1] = copy.deepcopy(models[0])
+    settings = EngineSettings(model="m", context=4096, max_tokens=64)
+    first, second = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10], [1, 2, 3, 4, 5, 6, 7, 8, 11, 12]
+
+    def read(runner: ModelRunner, slot: int, prompt: list[int], start: int) -> torch.Tensor:
+        for at in range(start, len(prompt), 4):
+            logits = runner.forward(slot, prompt[at : at + 4])
+        return logits
+
+    def work(rank: int, joined: Any) -> Any:
+        link = joined.link()
+        split_mlps(models[rank], link)
+        runner = ModelRunner(models[rank], link, block=4, keep_tokens=64)
+        if rank == 1:
+            return runner.follow()
+        runner.open(0)
+        read(runner, 0, first, 0)
+        runner.close(0)
+        keep = runner.reusable(0, second)
+        runner.open(0, keep)
+        reused = read(runner, 0, second, keep)
+        runner.open(1)
+        cold = read(runner, 1, second, 0)
+        runner.stop()
+        return keep, reused, cold
+
+    (keep, reused, cold), followed = _both_ranks((settings, settings), work)
+    assert followed is None and keep == 8
+    assert torch.equal(reused, cold)

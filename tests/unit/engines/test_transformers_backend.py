@@ -143,10 +143,10 @@ def test_a_slot_that_failed_to_open_is_free_again(model: object) -> None:
     opened = runner.open
     failures = iter([True, True, True])
 
-    def open_or_fail(slot: int) -> None:
+    def open_or_fail(slot: int, keep: int = 0) -> None:
         if next(failures, False):
             raise RuntimeError("the link to the other rank is gone")
-        opened(slot)
+        opened(slot, keep)
 
     runner.open = open_or_fail  # type: ignore[method-assign]
     engine = TransformersGenerator(runner, ByteTokenizer(), context_length=128, parallel=2)

@@ -29,6 +29,7 @@ from sparkfold.config import EngineSettings
 from sparkfold.engines.generator import EngineFailure
 from sparkfold.engines.models import ModelSource, resolve_model
 from sparkfold.engines.threaded import EngineBroken, Job, ThreadedEngine
+from sparkfold.engines.transformers.lanes import Lane
 from sparkfold.engines.transformers.sampling import sample, token_logprob
 from sparkfold.engines.transformers.tensor_parallel import Link, Op, Rendezvous, meet, split_mlps
 
@@ -126,28 +127,58 @@ def _constrained(logits: torch.Tensor, constraint: Any, last: int | None) -> tor
 
 
 class ModelRunner:
-    """Forwards with one KV cache per slot; on two ranks, rank 0 announces each step to rank 1."""
+    """Forwards with one KV cache per slot (a :class:`Lane`, kept between requests for prefix
+    reuse); on two ranks, rank 0 announces each step to rank 1, which mirrors it on its own lanes."""
 
-    def __init__(self, model: Any, link: Link | None = None) -> None:
+    def __init__(self, model: Any, link: Link | None = None, *, block: int = 0, keep_tokens: int = 0) -> None:
         self.model = model
         self.link = link
-        self._caches: dict[int, Any] = {}
+        self.block = block
+        """Prompt tokens per chunk: reuse resumes at the end of a whole one (0: no reuse)."""
+        self.keep_tokens = keep_tokens
+        """Tokens a lane keeps for the next request (0: no reuse)."""
+        self._lanes: dict[int, Lane] = {}
         # transformers 5.2x renamed ``past_key_values`` to ``cache`` (the old name warns)
         self._cache_arg = (
             "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         )
 
-    def open(self, slot: int) -> None:
+    def _new_cache(self) -> Any:
         from transformers import DynamicCache
 
+        return DynamicCache(config=self.model.config)
+
+    def reusable(self, slot: int, prompt: Sequence[int]) -> int:
+        """Prompt tokens ``slot``'s kept cache stands for (0: none)."""
+        lane = self._lanes.get(slot)
+        return lane.reusable(prompt) if lane is not None else 0
+
+    def kept(self, slot: int) -> int:
+        """Tokens ``slot``'s cache holds."""
+        lane = self._lanes.get(slot)
+        return len(lane.ids) if lane is not None else 0
+
+    def open(self, slot: int, keep: int = 0) -> None:
+        """Start a request in ``slot`` with the first ``keep`` tokens of its kept cache (0: a new one)."""
         if self.link and self.link.rank == 0:
-            self.link.send_step(Op.OPEN, slot)
-        self._caches[slot] = DynamicCache(config=self.model.config)
+            self.link.send_step(Op.OPEN, slot, [keep])
+        self._open(slot, keep)
+
+    def _open(self, slot: int, keep: int) -> None:
+        lane = self._lanes.get(slot)
+        if lane is None:
+            lane = self._lanes[slot] = Lane(self._new_cache, block=self.block, keep_tokens=self.keep_tokens)
+        lane.keep(keep)
 
     def close(self, slot: int) -> None:
         if self.link and self.link.rank == 0:
             self.link.send_step(Op.CLOSE, slot)
-        self._caches.pop(slot, None)
+        self._close(slot)
+
+    def _close(self, slot: int) -> None:
+        lane = self._lanes.get(slot)
+        if lane is not None:
+            lane.release()
 
     def keepalive(self) -> None:
         if self.link:
@@ -164,23 +195,34 @@ class ModelRunner:
             if extra:
                 raise EngineFailure("extra model inputs (pictures) need tp = 1")
             self.link.send_step(Op.FORWARD, slot, list(ids))
+        logits = self._feed(slot, ids, extra)
+        assert logits is not None
+        return logits
+
+    def _feed(
+        self, slot: int, ids: Sequence[int], extra: Mapping[str, Any] | None = None, *, logits: bool = True
+    ) -> torch.Tensor | None:
+        """Run the model on ``ids`` over ``slot``'s cache; the next-token logits (rank 1 needs none)."""
+        lane = self._lanes[slot]
         inputs = torch.tensor([list(ids)], dtype=torch.long)
-        out = self.model(
-            input_ids=inputs,
-            **{self._cache_arg: self._caches[slot]},
-            use_cache=True,
-            logits_to_keep=1,
-            **(extra or {}),
-        )
-        return out.logits[0, -1]
+        cache = {self._cache_arg: lane.cache}
+        try:
+            if logits:
+                out = self.model(input_ids=inputs, **cache, use_cache=True, logits_to_keep=1, **(extra or {}))
+            else:
+                self.model.get_decoder()(input_ids=inputs, **cache, use_cache=True)
+        except BaseException:
+            lane.keep(0)  # some layers may have taken the tokens and others not
+            raise
+        lane.fed(ids)
+        if extra:
+            lane.unmarked()
+        return out.logits[0, -1] if logits else None
 
     @torch.inference_mode()
     def follow(self) -> None:
         """Rank 1: mirror rank 0's steps until it says stop. Raises :class:`EngineFailure`."""
-        from transformers import DynamicCache
-
         assert self.link is not None and self.link.rank == 1
-        decoder = self.model.get_decoder()  # rank 1 never needs logits
         while True:
             try:
                 op, slot, ids = self.link.receive_step()
@@ -189,12 +231,11 @@ class ModelRunner:
             if op is Op.STOP:
                 return
             if op is Op.OPEN:
-                self._caches[slot] = DynamicCache(config=self.model.config)
+                self._open(slot, ids[0] if ids else 0)
             elif op is Op.CLOSE:
-                self._caches.pop(slot, None)
+                self._close(slot)
             elif op is Op.FORWARD:
-                inputs = torch.tensor([ids], dtype=torch.long)
-                decoder(input_ids=inputs, **{self._cache_arg: self._caches[slot]}, use_cache=True)
+                self._feed(slot, ids, logits=False)
 
 
 @dataclass(eq=False)
@@ -248,16 +289,29 @@ class TransformersGenerator(ThreadedEngine[_Job]):
             log.warning("request refused at admission: %s", exc)
             return EngineFailure(f"the request's sampling parameters were refused: {exc}")
         job.rng = rng
-        slot = self._free.pop()
+        slot, keep = self._lane_for(job)
+        self._free.remove(slot)
         try:
-            self._runner.open(slot)
+            self._runner.open(slot, keep)
         except Exception as exc:
             self._free.append(slot)  # never opened: the next request may take it
             if self._runner.link is not None:  # the ranks may be out of step now: stop, the supervisor exits
                 raise EngineBroken(f"opening a slot on both ranks failed: {exc}") from exc
             raise
         job.slot = slot
+        job.fed = keep
+        job.params.report.cached_tokens = keep
         return None
+
+    def _lane_for(self, job: _Job) -> tuple[int, int]:
+        """The free slot whose kept cache stands for most of the prompt, and how many tokens; among
+        equals the one that keeps least (what the others keep stays for the requests it suits)."""
+        reuse = {
+            slot: 0 if job.params.prefill_inputs else self._runner.reusable(slot, job.prompt)
+            for slot in self._free
+        }  # pictures: their placeholder tokens say nothing of the pixels
+        slot = max(self._free, key=lambda s: (reuse[s], -self._runner.kept(s)))
+        return slot, reuse[slot]
 
     def _step(self) -> None:
         for job in list(self._active):
@@ -352,7 +406,12 @@ def load(
     if joined is not None:
         link = joined.link()
         split_mlps(model, link)
-    runner = ModelRunner(model, link)
+    runner = ModelRunner(
+        model,
+        link,
+        block=settings.transformers.prefill_chunk_tokens,
+        keep_tokens=settings.transformers.prefix_cache_tokens,
+    )
     generator = None
     if rank == 0:
         window = getattr(model.config, "max_position_embeddings", None) or settings.context

@@ -46,9 +46,9 @@ class Op(enum.IntEnum):
     """A step rank 0 tells rank 1 to mirror."""
 
     NOOP = 0  # keepalive while idle
-    OPEN = 1  # new KV cache in slot
+    OPEN = 1  # a request starts in slot, keeping the first ids[0] tokens of its cache
     FORWARD = 2  # run the model on ids in slot
-    CLOSE = 3  # drop slot's KV cache
+    CLOSE = 3  # the request in slot is over (its cache is cut back to what a later one may reuse)
     STOP = 4  # rank 0 is shutting down
 
 
