@@ -18,15 +18,19 @@ venv: $(STAMP)
 
 # The venv installs from the lock (requirements/README.md): every package pinned and hashed, the one
 # for this Python and CPU (torch's CPU build among them), then sparkfold itself without dependencies.
+# uv installs it (minutes faster than pip: parallel downloads and unpacking); uv itself comes first,
+# by pip, pinned and hashed by the same lock; uv is told where pip's configuration finds packages.
 # The lock's name and digest are recorded in the venv (sparkfold doctor shows them).
 LOCK := requirements/dev-py$(shell python3 -c 'import sys; print("%d%d" % sys.version_info[:2])')-$(shell uname -m).txt
+UV_INSTALL = $(VENV)/bin/uv pip install -q --python $(PY) $$($(PY) requirements/lock.py uv-sources)
 $(STAMP): pyproject.toml $(LOCK) requirements/nodeps.txt
 	@test -f $(LOCK) || { echo "no lock for this Python and CPU: $(LOCK) (requirements/README.md lists those there are)" >&2; exit 1; }
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PIP) install -q --upgrade pip
-	$(PIP) install -q --require-hashes -r $(LOCK)
-	$(PIP) install -q --require-hashes --no-deps -r requirements/nodeps.txt
-	$(PIP) install -q --no-deps --no-build-isolation -e .
+	$(PIP) install -q --require-hashes --no-deps -r <(python3 requirements/lock.py entry uv $(LOCK))
+	$(UV_INSTALL) --upgrade pip
+	$(UV_INSTALL) --require-hashes -r $(LOCK)
+	$(UV_INSTALL) --require-hashes --no-deps -r requirements/nodeps.txt
+	$(VENV)/bin/uv pip install -q --python $(PY) --no-deps --no-build-isolation -e .
 	$(PY) -m sparkfold.lockfile record $(LOCK) $(VENV)
 	touch $(STAMP)
 

@@ -2,6 +2,8 @@
 
     python requirements/lock.py compile   (make lock)        writes the files with uv, from pyproject.toml
     python requirements/lock.py check     (make lock-check)  offline: stops when they are out of date
+    python requirements/lock.py entry NAME LOCK   one package's pin and hashes (make venv installs uv so)
+    python requirements/lock.py uv-sources        pip's find-links and indexes as uv's options (make venv)
 
 One file per set of extras, Python version and CPU: ``<set>-py<3.11|3.12>-<x86_64|aarch64>.txt``.
 Each file's header carries the digest of what it was compiled from (pyproject.toml's dependency tables
@@ -173,7 +175,52 @@ def check() -> list[str]:
     return problems
 
 
+def entry(lock: Path, name: str) -> str:
+    """``name``'s requirement in ``lock``: its pin line and the hash lines continuing it."""
+    lines = lock.read_text().splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith(f"{name}==")), None)
+    if start is None:
+        raise SystemExit(f"{lock} pins no {name}: run `make lock`")
+    end = start
+    while lines[end].endswith("\\"):
+        end += 1
+    return "\n".join(lines[start : end + 1]) + "\n"
+
+
+# The options of pip's configuration (its files and PIP_* variables) that say where packages lie (uv's
+# options of the same names), and its scopes in the order they override each other: uv reads neither
+# pip's files nor its variables.
+PIP_SOURCES = ("index-url", "extra-index-url", "find-links")
+PIP_SCOPES = ("global", "install", ":env:")
+
+
+def uv_sources(pip_config: str) -> list[str]:
+    """uv's options for the sources ``pip config list`` names, so uv installs from where pip would.
+
+    pip takes a version from whichever index holds it; uv's ``unsafe-best-match`` does the same (the
+    lock's hashes still pin every file)."""
+    found: dict[str, tuple[int, str]] = {}
+    for line in pip_config.splitlines():
+        key, _, value = line.partition("=")
+        scope, _, option = key.rpartition(".")
+        if option in PIP_SOURCES and scope in PIP_SCOPES:
+            rank = PIP_SCOPES.index(scope)
+            if rank >= found.get(option, (-1, ""))[0]:
+                found[option] = (rank, value.strip().strip("'\""))
+    args = [arg for option, (_, value) in found.items() for v in value.split() for arg in (f"--{option}", v)]
+    return [*args, "--index-strategy", "unsafe-best-match"]
+
+
 def main(argv: list[str]) -> int:
+    if len(argv) == 4 and argv[1] == "entry":
+        print(entry(Path(argv[3]), argv[2]), end="")
+        return 0
+    if argv[1:] == ["uv-sources"]:
+        config = subprocess.run(
+            [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, check=True
+        )
+        print(" ".join(uv_sources(config.stdout)))
+        return 0
     if argv[1:] == ["compile"]:
         compile_all()
         return 0

@@ -95,3 +95,32 @@ def test_a_comment_or_tool_change_outside_the_inputs_keeps_the_lock(copy: Path) 
     pyproject = copy / "pyproject.toml"
     pyproject.write_text(pyproject.read_text().replace("line-length = 110", "line-length = 100"))
     assert _lock_module(copy).check() == []
+
+
+def test_entry_is_one_packages_pin_with_its_hashes(copy: Path) -> None:
+    lock = copy / "requirements/dev-py311-x86_64.txt"
+    uv = _lock_module(copy).entry(lock, "uv")
+    lines = uv.splitlines()
+    assert lines[0].startswith("uv==") and lines[0].endswith(" \\")
+    assert all(line.strip().startswith("--hash=sha256:") for line in lines[1:])
+    assert not lines[-1].endswith("\\") and uv in lock.read_text()
+    with pytest.raises(SystemExit, match="pins no uv-not-locked: run `make lock`"):
+        _lock_module(copy).entry(lock, "uv-not-locked")
+
+
+def test_uv_installs_from_where_pips_configuration_says() -> None:
+    config = (
+        "global.extra-index-url='file:///srv/simple file:///srv/more'\n"
+        "global.find-links='/srv/wheels'\n"
+        "global.cert='/etc/ssl/certs/ca-certificates.crt'\n"
+        ":env:.find-links='/opt/wheels'\n"
+        "install.index-url='https://index.example/simple'\n"
+    )
+    args = _lock_module(REPO).uv_sources(config)
+    assert args == [
+        "--extra-index-url", "file:///srv/simple", "--extra-index-url", "file:///srv/more",
+        "--find-links", "/opt/wheels",
+        "--index-url", "https://index.example/simple",
+        "--index-strategy", "unsafe-best-match",
+    ]  # fmt: skip
+    assert _lock_module(REPO).uv_sources("") == ["--index-strategy", "unsafe-best-match"]
