@@ -25,10 +25,8 @@ from typing import Any
 import pytest
 import yaml
 from testbed_kit import (
-    API,
     HEAD,
     REPO,
-    SERVED_NAME,
     WORKER,
     Run,
     chat_answers,
@@ -36,6 +34,7 @@ from testbed_kit import (
     invocations,
     play,
     ssh,
+    stream_chat,
     unit,
     wait_for,
 )
@@ -131,8 +130,6 @@ def test_the_tensorfold_kind_pulls_its_image_by_digest_and_serves_through_the_ga
 def test_four_streams_run_at_once_through_the_gateway(tensorfold_pair: Run, api_key: str) -> None:
     """The recipe's 4 lanes: four streamed requests held open together (the stand-in's FAKE-HOLD)
     are all running in the engine at once, then each streams to its end once released."""
-    import httpx
-
     serves(api_key)
     # The engine's own port, on the head's loopback (the nodes have python3, not curl).
     engine = 'python3 -c "import sys, urllib.request as u; print(u.urlopen(u.Request('
@@ -142,17 +139,9 @@ def test_four_streams_run_at_once_through_the_gateway(tensorfold_pair: Run, api_
     ends: list[str] = []
 
     def stream() -> None:
-        body = {
-            "model": SERVED_NAME,
-            "stream": True,
-            "max_tokens": 8,
-            "messages": [{"role": "user", "content": "FAKE-HOLD: say hello."}],
-        }
-        headers = {"Authorization": f"Bearer {api_key}"}
-        with httpx.stream(
-            "POST", f"{API}/v1/chat/completions", json=body, headers=headers, timeout=120
-        ) as answer:
-            ends.extend(line for line in answer.iter_lines() if line == "data: [DONE]")
+        lines: list[str] = []
+        stream_chat(api_key, lines, prompt="FAKE-HOLD: say hello.", max_tokens=8)
+        ends.extend(line for line in lines if line == "data: [DONE]")
 
     streams = [threading.Thread(target=stream) for _ in range(4)]
     for thread in streams:

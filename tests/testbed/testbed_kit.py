@@ -195,15 +195,22 @@ def chat_reply(api_key: str) -> str | None:
     return reply.choices[0].message.content or None
 
 
-def stream_chat(api_key: str, lines: list[str], opened: threading.Event | None = None) -> int:
-    """One long streamed chat completion through the gateway ("Count to 500.", 512 tokens at most):
-    its lines go into ``lines`` as they come, ``opened`` is set at the first one and at the end
-    (a stream that never sends a line sets it too); returns the HTTP status."""
+def stream_chat(
+    api_key: str,
+    lines: list[str],
+    opened: threading.Event | None = None,
+    *,
+    prompt: str = "Count to 500.",
+    max_tokens: int = 512,
+) -> int:
+    """One streamed chat completion through the gateway (by default a long one: "Count to 500.",
+    512 tokens at most): its lines go into ``lines`` as they come, ``opened`` is set at the first
+    one and at the end (a stream that never sends a line sets it too); returns the HTTP status."""
     body = {
         "model": SERVED_NAME,
         "stream": True,
-        "max_tokens": 512,
-        "messages": [{"role": "user", "content": "Count to 500."}],
+        "max_tokens": max_tokens,
+        "messages": [{"role": "user", "content": prompt}],
     }
     headers = {"authorization": f"Bearer {api_key}"}
     opened = opened or threading.Event()
