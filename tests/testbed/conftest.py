@@ -3,7 +3,7 @@
 Needs root, ``systemd-nspawn`` and ``debootstrap``; skipped elsewhere. The pair is torn down at the
 end unless ``SPARKFOLD_TESTBED_KEEP=1``. Before its first converge, while the pair is as fresh as a
 new one, ``site.yml --check --diff`` runs on it once (``fresh_check``; ``test_fresh_check.py``).
-With ``SPARKFOLD_UPGRADE_DRILL=1``, the previous release then converges it from its own tree
+Unless ``SPARKFOLD_UPGRADE_DRILL=0``, the previous release then converges it from its own tree
 (``previous``), and today's first converge is an upgrade of a serving pair (``upgrade``;
 ``test_upgrade.py``).
 """
@@ -74,10 +74,10 @@ def fresh_check(testbed: None, artifacts: Path) -> Checked:
 @pytest.fixture(scope="session")
 def previous(fresh_check: Checked, artifacts: Path) -> Previous | str:
     """The previous release's site.yml on the pair, from its tree and with its testbed inventory,
-    after the fresh pair's check run; why not, when the drill is off (it runs with
-    ``SPARKFOLD_UPGRADE_DRILL=1``) or the clone holds no release (tests/releases.py)."""
-    if os.environ.get("SPARKFOLD_UPGRADE_DRILL") != "1":
-        return "the upgrade drill is off (SPARKFOLD_UPGRADE_DRILL=1 turns it on)"
+    after the fresh pair's check run; why not, when the drill is off
+    (``SPARKFOLD_UPGRADE_DRILL=0``) or the clone holds no release (tests/releases.py)."""
+    if os.environ.get("SPARKFOLD_UPGRADE_DRILL") == "0":
+        return "the upgrade drill is off (SPARKFOLD_UPGRADE_DRILL=0)"
     release = previous_release(REPO)
     if isinstance(release, str):
         return release

@@ -1,6 +1,6 @@
 """The upgrade drill: the previous release serves, today's checkout converges over it, and back.
 
-With ``SPARKFOLD_UPGRADE_DRILL=1`` (else its tests skip, saying so; the nodes' version is checked
+Unless ``SPARKFOLD_UPGRADE_DRILL=0`` (then its tests skip, saying so; the nodes' version is checked
 either way), the session's first converge of today's checkout is the upgrade (conftest.py's ``upgrade``): the
 pair ran the previous release, converged from that release's own tree and testbed inventory, and
 served a stream while today's site.yml ran. ``test_pair.py``'s second converge proves the upgraded
