@@ -24,7 +24,9 @@
 # bench-size fixture with empty compile caches and again (the restart figure), then runs `sparkfold
 # bench --suite fairness` (tests/bench/exllamav3_fairness.py; FAIRNESS_TIMEOUT, FAIRNESS_ARGS:
 # "--chunks 2048,2048/512 --repeats 2 --tokens 128k"). STEPS=none only installs and
-# imports (on a fresh machine: builds) the extension.
+# imports (on a fresh machine: builds) the extension. EXPECT_SOURCE (a commit, as `git describe
+# --always --dirty --abbrev=12` prints it) refuses a tree that is not that commit: a copy without git
+# names its source in a .source file (tests/gpu/README.md), a checkout asks git.
 set -uo pipefail
 OUT=${1:?usage: tests/gpu/run.sh OUT_DIR}
 WHEELS=${WHEELS:-.whl}
@@ -36,6 +38,13 @@ export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} MAX_JOBS=${MAX_JOBS:-16}
 export TORCH_EXTENSIONS_DIR=$WORK/torch_extensions
 log() { echo "== $(date +%T) $*" | tee -a "$OUT/run.log"; }
+
+source_id=$(cat .source 2>/dev/null || git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
+log "source: $source_id"
+if [ -n "${EXPECT_SOURCE:-}" ] && [ "$source_id" != "$EXPECT_SOURCE" ]; then
+  log "this tree is $source_id, not EXPECT_SOURCE=$EXPECT_SOURCE: copy the checkout again (tests/gpu/README.md)"
+  exit 2
+fi
 
 log "device: $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tr '\n' ' ')"
 if compgen -G "$WHEELS/*.whl" >/dev/null; then
@@ -61,6 +70,9 @@ if [ -f "$EXT_DIR/exllamav3_ext.so" ]; then
   export PYTHONPATH=$PYTHONPATH:$(cd "$EXT_DIR" && pwd)
 fi
 log "importing exllamav3 (builds its extension unless carried)"
+# a build cut by an earlier call's limit leaves torch's lock behind, and a build waits for that lock
+# to go without end (FileBaton in torch/utils/cpp_extension.py's _jit_compile): one run at a time
+rm -f "$TORCH_EXTENSIONS_DIR/exllamav3_ext/lock"
 touch "$WORK/.import-start"
 if ! timeout 900 python3 -c "import exllamav3, exllamav3.ext as e; print(exllamav3.__file__, e.exllamav3_ext.__file__)" \
     >>"$OUT/ext.log" 2>&1; then
