@@ -3,7 +3,7 @@
 :func:`plan` takes the inventory's image variables (:class:`ImageVars`, the names the image role
 reads, its defaults applied), the pins recorded on the control host (:class:`Records`) and what
 this run found out (:class:`Probe`: each node's Docker and image labels, and what the head resolved
-now), and returns one :class:`Plan`. Nothing here runs a command or writes a file: the role probes,
+now), and returns one :class:`ImagePlan`. Nothing here runs a command or writes a file: the role probes,
 asks for the plan (``sparkfold image plan --json``) and carries it out.
 
 How the role carries it out (``roles/sparkfold_image/``): ``tasks/plan.yml`` runs this on the
@@ -53,11 +53,11 @@ from sparkfold.image.patches import LABEL
 
 __all__ = [
     "STOPS",
+    "ImagePlan",
     "ImageVars",
     "NodeFacts",
     "NodeState",
     "Pin",
-    "Plan",
     "PlanError",
     "Probe",
     "Records",
@@ -408,7 +408,7 @@ Hasher = Callable[[HashInputs], str]
 
 
 @dataclass(frozen=True)
-class Plan:
+class ImagePlan:
     way: Way
     source: str
     image: str
@@ -482,7 +482,7 @@ def plan(
     *,
     series_supports: Sequence[str] = (),
     hasher: Hasher | None = None,
-) -> Plan:
+) -> ImagePlan:
     """The image stage's plan for ``values``; ``series_supports`` is what our own series' profile.toml
     declares (``sparkfold image hash --json``'s ``supports``). With ``hasher`` (and a probe without
     a hash), the series hash of the inputs in effect is computed (:class:`HashInputs`)."""
@@ -490,7 +490,7 @@ def plan(
     probe = probe or Probe()
     way = _way(values)
     if way == "none":
-        return Plan(way, "", values.sparkfold_image_name, (), (), "", (), None)
+        return ImagePlan(way, "", values.sparkfold_image_name, (), (), "", (), None)
     pins = _pins(values, records, probe, way)
     commit_pin = next((p for p in pins if p.kind == "commit"), None)
     base_pin = next((p for p in pins if p.kind == "base"), None)
@@ -513,7 +513,7 @@ def plan(
     nodes = tuple(_node(values, probe, way, name, facts) for name, facts in probe.nodes.items())
     head = next((n for n in nodes if n.node == probe.head), None)
     stops = _stops(values, records, probe, way, pins, head, probed=probed)
-    return Plan(
+    return ImagePlan(
         way=way,
         source="registry" if way == "published" else values.sparkfold_image_source,
         image=values.sparkfold_image_name,

@@ -13,7 +13,7 @@ import yaml
 from click.testing import CliRunner
 
 from sparkfold.cli import main
-from sparkfold.image.plan import STOPS, ImageVars, Plan, PlanError, Probe, Records, plan
+from sparkfold.image.plan import STOPS, ImagePlan, ImageVars, PlanError, Probe, Records, plan
 
 COMMIT = "a" * 40
 OTHER_COMMIT = "b" * 40
@@ -35,14 +35,14 @@ def role_defaults(repo: Path) -> dict[str, Any]:
     return {name: value for name, value in found.items() if "{{" not in str(value)}
 
 
-def plan_of(repo: Path, tmp_path: Path, probe: dict[str, Any] | None = None, **inventory: Any) -> Plan:
+def plan_of(repo: Path, tmp_path: Path, probe: dict[str, Any] | None = None, **inventory: Any) -> ImagePlan:
     values = ImageVars.from_mapping(
         {**role_defaults(repo), "sparkfold_engine": "tensorfold", "inventory_dir": "/inv/pair", **inventory}
     )
     return plan(values, Records(tmp_path / "pins"), Probe.from_mapping(probe) if probe else None)
 
 
-def pin(done: Plan, what: str) -> Any:
+def pin(done: ImagePlan, what: str) -> Any:
     return next(p for p in done.pins if p.what.startswith(what))
 
 
@@ -400,7 +400,7 @@ def results(**found: Any) -> dict[str, Any]:
     }
 
 
-def replan(repo: Path, tmp_path: Path, found: dict[str, Any], **inventory: Any) -> Plan:
+def replan(repo: Path, tmp_path: Path, found: dict[str, Any], **inventory: Any) -> ImagePlan:
     values = ImageVars.from_mapping(
         {**role_defaults(repo), "sparkfold_engine": "tensorfold", "inventory_dir": "/inv/pair", **inventory}
     )

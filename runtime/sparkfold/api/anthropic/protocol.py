@@ -173,7 +173,10 @@ class CountTokensResponse(BaseModel):
     input_tokens: int
 
 
-class Usage(BaseModel):
+class MessageUsage(BaseModel):
+    """A Messages reply's token counts, as Anthropic names them (the OpenAI dialect's is
+    :class:`sparkfold.protocol.Usage`)."""
+
     input_tokens: int = 0
     output_tokens: int = 0
     cache_creation_input_tokens: int = 0
@@ -188,4 +191,4 @@ class MessagesResponse(BaseModel):
     content: list[dict[str, Any]]
     stop_reason: Literal["end_turn", "max_tokens", "stop_sequence", "tool_use", "refusal"] | None
     stop_sequence: str | None = None
-    usage: Usage
+    usage: MessageUsage
