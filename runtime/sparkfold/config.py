@@ -39,6 +39,7 @@ __all__ = [
     "NodeSettings",
     "PathSettings",
     "Settings",
+    "SettingsSection",
     "TensorfoldSettings",
     "TransformersSettings",
     "engine_differences",
@@ -75,18 +76,20 @@ class ConfigError(ValueError):
 _Model = TypeVar("_Model", bound=BaseModel)
 
 
-class _Section(BaseModel):
+class SettingsSection(BaseModel):
+    """A table of settings: unknown keys refused, frozen, defaults validated (also the fleet's)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
 
 
-class NodeSettings(_Section):
+class NodeSettings(SettingsSection):
     """Who this node is."""
 
     name: str = Field("sparkfold", min_length=1, description="node name, used in logs and /health")
     rank: int = Field(0, ge=0, le=1, description="0 = head (engine rank 0 and the API); 1 = worker")
 
 
-class FabricSettings(_Section):
+class FabricSettings(SettingsSection):
     """The direct link between the two nodes (the CX7 cable on a Spark pair)."""
 
     address: ipaddress.IPv4Address | None = Field(None, description="this node's address on the link")
@@ -110,7 +113,7 @@ class FabricSettings(_Section):
         return self
 
 
-class TransformersSettings(_Section):
+class TransformersSettings(SettingsSection):
     """Settings of the CPU engine (``kind = "transformers"``)."""
 
     gguf_file: str | None = Field(None, description="GGUF file inside `model` to load instead of safetensors")
@@ -133,7 +136,7 @@ class TransformersSettings(_Section):
     )
 
 
-class Exllamav3Settings(_Section):
+class Exllamav3Settings(SettingsSection):
     """Settings of the GPU engine (``kind = "exllamav3"``): exllamav3's generator on local GPUs."""
 
     reserve_gib: float = Field(
@@ -233,7 +236,7 @@ class Exllamav3Settings(_Section):
         return self.mtp or self.drafter != "none" or self.ngram > 0
 
 
-class MediaSettings(_Section):
+class MediaSettings(SettingsSection):
     """Pictures in requests to our own engines (``transformers``, ``exllamav3``)."""
 
     remote_urls: bool = Field(False, description="fetch http(s) image/video URLs; off = data: URLs only")
@@ -256,7 +259,7 @@ class MediaSettings(_Section):
     video_fps: float = Field(2.0, gt=0, description="frames per second sampled from a video")
 
 
-class TensorfoldSettings(_Section):
+class TensorfoldSettings(SettingsSection):
     """Settings of the production engine (``kind = "tensorfold"``): TensorFold v0.6.0, one rank per node.
 
     Every value here is part of ``[engine]`` and so of its fingerprint: both ranks must agree.
@@ -434,7 +437,7 @@ FORCED_CALLS_PER_TOOL = 8
 """The default of ``[engine] forced_calls_per_tool``."""
 
 
-class EngineSettings(_Section):
+class EngineSettings(SettingsSection):
     """The engine rank. Identical on every rank: its fingerprint is compared at rendezvous."""
 
     kind: Literal["transformers", "exllamav3", "tensorfold"] = Field(
@@ -548,7 +551,7 @@ class EngineSettings(_Section):
         return self
 
 
-class ApiSettings(_Section):
+class ApiSettings(SettingsSection):
     """The public gateway (head only)."""
 
     host: str = Field("0.0.0.0", description="bind address; keys are required unless it is loopback")
@@ -639,7 +642,7 @@ class ApiSettings(_Section):
         return not is_loopback(self.host)
 
 
-class MemorySettings(_Section):
+class MemorySettings(SettingsSection):
     """The node's memory budget (:mod:`sparkfold.node.budget`): what the engine may hold is the
     node's usable memory less ``reserve_gib``; ``activation_gib`` is the engine's working memory
     beyond its weights and caches. Not part of the engine fingerprint: a node may differ."""
@@ -658,14 +661,14 @@ class MemorySettings(_Section):
     )
 
 
-class PathSettings(_Section):
+class PathSettings(SettingsSection):
     """Where state lives on the node."""
 
     state_dir: Path = Field(Path("/var/lib/sparkfold"), description="state: models, manifests")
     cache_dir: Path = Field(Path("/var/cache/sparkfold"), description="kernel and compile caches")
 
 
-class Settings(_Section):
+class Settings(SettingsSection):
     """A node's whole configuration."""
 
     node: NodeSettings = Field(default_factory=NodeSettings)

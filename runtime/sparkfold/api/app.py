@@ -36,7 +36,7 @@ from sparkfold.api.errors import (
 from sparkfold.api.health import HealthServing, PeerSource
 from sparkfold.api.keys import KeyStore
 from sparkfold.api.lanes import TOKENIZER_LANES, TOKENIZER_QUEUE, Lanes
-from sparkfold.api.limits import MediaLimits
+from sparkfold.api.limits import UploadLimits
 from sparkfold.api.metrics import EngineLoad, MemoryKills, Metrics
 from sparkfold.api.middleware import Admission, Auth, BodyLimit, Observe, RequestId, ServerErrors
 from sparkfold.api.middleware.auth import is_preflight
@@ -206,7 +206,7 @@ class App:
             engine=engine,
             capabilities=capabilities,
             metrics=metrics,
-            limits=MediaLimits.of(api),
+            limits=UploadLimits.of(api),
             keepalive_s=api.keepalive_s,
             served_name=served,
             names=names,

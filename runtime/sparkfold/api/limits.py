@@ -18,18 +18,22 @@ from sparkfold.config import ApiSettings
 from sparkfold.glm.messages import IMAGE_PART_TYPES, VIDEO_PART_TYPES
 from sparkfold.units import MIB
 
-__all__ = ["MediaLimits", "check_media"]
+__all__ = ["UploadLimits", "check_media"]
 
 
 @dataclass(frozen=True)
-class MediaLimits:
+class UploadLimits:
+    """How many pictures and videos a request may carry, and how many bytes each (the ``[api]``
+    settings, checked at the gateway before the engine sees the request); the engine's own decode
+    budget is :class:`sparkfold.glm.media.DecodeLimits`."""
+
     max_images: int
     max_image_bytes: int
     max_videos: int
     max_video_bytes: int
 
     @classmethod
-    def of(cls, api: ApiSettings) -> MediaLimits:
+    def of(cls, api: ApiSettings) -> UploadLimits:
         return cls(
             max_images=api.max_images,
             max_image_bytes=int(api.max_image_mib * MIB),
@@ -55,7 +59,7 @@ def _part_url(part: dict[str, Any], key: str) -> str:
     return value if isinstance(value, str) else ""
 
 
-def check_media(messages: Sequence[Any], limits: MediaLimits) -> ClientError | None:
+def check_media(messages: Sequence[Any], limits: UploadLimits) -> ClientError | None:
     """Count and size the images and videos of chat ``messages`` (objects with ``content``)."""
     counts = {"image": 0, "video": 0}
     for i, message in enumerate(messages):

@@ -7,11 +7,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from sparkfold.commands._options import echo_json, json_option
+
+if TYPE_CHECKING:
+    from sparkfold.image.plan import HashInputs
 
 series_option = click.option(
     "--series",
@@ -73,24 +76,27 @@ def hash_(
     as_json: bool,
 ) -> None:
     """Print the image label: sha256 of base, ref, the ordered patches' content, and the extras."""
-    from sparkfold.image.context import context_digest
     from sparkfold.image.external import parse_file_pin
-    from sparkfold.image.patches import LABEL, PatchError, hash_of, read_series
+    from sparkfold.image.patches import LABEL, PatchError, read_series
+    from sparkfold.image.plan import HashInputs
 
     if (base is None) == (context_dir is None):
         raise click.UsageError("give --base IMAGE (a TensorFold build) or --context DIR (a ready context)")
     try:
-        if context_dir is not None:
-            base = f"context:{context_digest(Path(context_dir))}"
-        assert base is not None
+        pins = [parse_file_pin(text) for text in external_files] if external_source is not None else []
+        if any(pin.sha256 is None for pin in pins):
+            raise click.UsageError("--external needs NAME=SHA256 (a verified digest)")
+        inputs = HashInputs(
+            ref=ref,
+            base=base or "",
+            context=context_dir or "",
+            extras=extras,
+            external_source=external_source or "",
+            external_strip=external_strip,
+            external=tuple((pin.name, str(pin.sha256)) for pin in pins),
+        )
+        digest = _hash_of(series_file, inputs)
         series = read_series(series_file)
-        external = None
-        if external_source is not None:
-            pins = [parse_file_pin(text) for text in external_files]
-            if any(pin.sha256 is None for pin in pins):
-                raise click.UsageError("--external needs NAME=SHA256 (a verified digest)")
-            external = (external_source, [(pin.name, external_strip, str(pin.sha256)) for pin in pins])
-        digest = hash_of(series, base=base, ref=ref, extras=extras, external=external)
     except (PatchError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:
@@ -104,6 +110,22 @@ def hash_(
         )
     else:
         click.echo(digest)
+
+
+def _hash_of(series_file: str, inputs: HashInputs) -> str:
+    """The series hash of our series with ``inputs`` (a ready context: its files' digest for the base)."""
+    from sparkfold.image.context import context_digest
+    from sparkfold.image.patches import hash_of, read_series
+
+    base = f"context:{context_digest(Path(inputs.context))}" if inputs.context else inputs.base
+    external = (
+        (inputs.external_source, [(name, inputs.external_strip, sha) for name, sha in inputs.external])
+        if inputs.external_source
+        else None
+    )
+    return hash_of(
+        read_series(series_file), base=base, ref=inputs.ref, extras=inputs.extras, external=external
+    )
 
 
 def _supports(path: Path) -> list[str]:
@@ -282,6 +304,19 @@ def pull(ref: str, expected: str, tag: str, check: bool, as_json: bool) -> None:
     help="This run's facts (YAML or JSON): nodes' Docker and labels, the series hash, what was resolved.",
 )
 @click.option(
+    "--results",
+    "results_text",
+    metavar="JSON",
+    help="This run's probe results as Ansible registered them (the image role's tasks/plan.yml): "
+    "read as --probe's facts.",
+)
+@click.option(
+    "--hash",
+    "with_hash",
+    is_flag=True,
+    help="Also compute the series hash of the pins in effect (needs --series), and each node's currency.",
+)
+@click.option(
     "--series",
     "series_file",
     metavar="FILE",
@@ -291,10 +326,17 @@ def pull(ref: str, expected: str, tag: str, check: bool, as_json: bool) -> None:
 )
 @json_option
 def plan_(
-    vars_file: Any, records_dir: str | None, probe_file: Any, series_file: str | None, as_json: bool
+    vars_file: Any,
+    records_dir: str | None,
+    probe_file: Any,
+    results_text: str | None,
+    with_hash: bool,
+    series_file: str | None,
+    as_json: bool,
 ) -> None:
     """Say what the image stage will do: the way, every pin and its source, each node's currency,
     the profile, and the stop if any (exit status 1 then)."""
+    from sparkfold.image.patches import PatchError
     from sparkfold.image.plan import ImageVars, PlanError, Probe, Records, plan, read_mapping
 
     try:
@@ -305,17 +347,24 @@ def plan_(
             if not control:
                 raise PlanError("give --records DIR, or sparkfold_control_dir in the inventory variables")
             records_dir = str(Path(control) / "pins" / image_vars.inventory_name)
+        if probe_file and results_text is not None:
+            raise click.UsageError("give --probe FILE or --results JSON, not both")
         probe = (
             Probe.from_mapping(read_mapping(probe_file.read(), f"--probe {probe_file.name}"))
             if probe_file
+            else Probe.from_results(read_mapping(results_text, "--results"))
+            if results_text is not None
             else None
         )
+        if with_hash and not series_file:
+            raise click.UsageError("--hash needs --series FILE (our own series)")
         # As `image hash`: a ready context's profile.toml, else the one beside our series.
         context = image_vars.sparkfold_image_source == "context" and image_vars.sparkfold_image_context_dir
         folder = Path(context) if context else Path(series_file).parent if series_file else None
         supports = _supports(folder / "profile.toml") if folder else []
-        done = plan(image_vars, Records(Path(records_dir)), probe, series_supports=supports)
-    except PlanError as exc:
+        hasher = (lambda inputs: _hash_of(str(series_file), inputs)) if with_hash else None
+        done = plan(image_vars, Records(Path(records_dir)), probe, series_supports=supports, hasher=hasher)
+    except (PlanError, PatchError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:
         echo_json(done.as_dict())

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from sparkfold.config import is_loopback, parse_as, read_toml
+from sparkfold.config import SettingsSection, is_loopback, parse_as, read_toml
 
 __all__ = [
     "DEFAULT_FLEET_PATH",
@@ -35,11 +35,7 @@ _PAIR_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 Policy = Literal["cache_aware", "prefix_hash", "round_robin", "power_of_two", "random"]
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
-
-
-class FrontSettings(_Section):
+class FrontSettings(SettingsSection):
     """The fleet's public endpoint: our keys, checked here, and the routes SMG does not carry."""
 
     host: str = Field("0.0.0.0", description="bind address; keys are required unless it is loopback")
@@ -54,7 +50,7 @@ class FrontSettings(_Section):
         return self.require_keys if self.require_keys is not None else not is_loopback(self.host)
 
 
-class RouterSettings(_Section):
+class RouterSettings(SettingsSection):
     """SMG, bound to loopback: only the front (and the operator on the host) reaches it."""
 
     host: str = Field("127.0.0.1", description="SMG's bind address; must be loopback")
@@ -122,7 +118,7 @@ class RouterSettings(_Section):
         return f"http://{self.host}:{self.metrics_port}/metrics"
 
 
-class PairSettings(_Section):
+class PairSettings(SettingsSection):
     """One pair: its gateway URL as the router reaches it."""
 
     name: str = Field(description="the pair's name in /health and the pair label of /metrics")
@@ -145,7 +141,7 @@ class PairSettings(_Section):
         return value.rstrip("/")
 
 
-class FleetSettings(_Section):
+class FleetSettings(SettingsSection):
     """The whole of fleet.toml."""
 
     front: FrontSettings = Field(default_factory=FrontSettings)

@@ -20,16 +20,16 @@ The light modules are re-exported here; ``grammar`` and ``logits`` are imported 
 from __future__ import annotations
 
 from sparkfold.glm.errors import GlmError, GrammarError, MediaError, RenderError
-from sparkfold.glm.media import MediaLimits, collect_media, load_media, require_vision, vision_inputs
+from sparkfold.glm.media import DecodeLimits, collect_media, load_media, require_vision, vision_inputs
 from sparkfold.glm.parser import GlmParser, ParsedDelta, ParsedMessage, ParsedToolCall, parse_output
 from sparkfold.glm.render import PromptOptions, PromptRenderer, RenderedPrompt, offered_tools, prompt_options
 
 __all__ = [
+    "DecodeLimits",
     "GlmError",
     "GlmParser",
     "GrammarError",
     "MediaError",
-    "MediaLimits",
     "ParsedDelta",
     "ParsedMessage",
     "ParsedToolCall",

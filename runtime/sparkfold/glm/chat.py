@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparkfold.config import FORCED_CALLS_PER_TOOL
 from sparkfold.glm.errors import MediaError
-from sparkfold.glm.media import MediaLimits, collect_media, load_media, require_vision, vision_inputs
+from sparkfold.glm.media import DecodeLimits, collect_media, load_media, require_vision, vision_inputs
 from sparkfold.glm.parser import GlmParser
 from sparkfold.glm.render import PromptRenderer, RenderedPrompt
 from sparkfold.glm.tokens import STOP_TOKENS, THINK_END
@@ -116,7 +116,7 @@ class GlmChat:
         image_processor: Any = None,
         video_processor: Any = None,
         has_vision: bool = False,
-        limits: MediaLimits | None = None,
+        limits: DecodeLimits | None = None,
         default_thinking: bool = True,
         model_name: str = "this model",
         forced_calls_per_tool: int = FORCED_CALLS_PER_TOOL,
@@ -127,7 +127,7 @@ class GlmChat:
         self.image_processor = image_processor
         self.video_processor = video_processor
         self.has_vision = has_vision
-        self.limits = limits or MediaLimits()
+        self.limits = limits or DecodeLimits()
         self.default_thinking = default_thinking
         self.model_name = model_name
         self.forced_calls_per_tool = forced_calls_per_tool
@@ -139,7 +139,7 @@ class GlmChat:
         model brings (``model_dir``, ``vocab_size``, the processors, ``has_vision``)."""
         return cls(
             tokenizer,
-            limits=MediaLimits.from_settings(settings.media),
+            limits=DecodeLimits.from_settings(settings.media),
             default_thinking=settings.thinking,
             model_name=settings.served_name,
             forced_calls_per_tool=settings.forced_calls_per_tool,

@@ -2,7 +2,7 @@
 
 ``image_url`` and ``video_url`` parts are read from user messages and tool results (in prompt
 order, after normalisation). ``data:`` URLs always work; ``http(s)`` only when
-:attr:`MediaLimits.remote_urls` is on. Images decode with Pillow, videos with PyAV (sampled at
+:attr:`DecodeLimits.remote_urls` is on. Images decode with Pillow, videos with PyAV (sampled at
 ``video_fps``, at most ``max_video_frames``). Every limit that a request can break is a
 :class:`~sparkfold.glm.errors.MediaError` (HTTP 400) naming the part and what to change. A model
 without a vision tower must refuse pictures (:func:`require_vision`), never ignore them.
@@ -30,8 +30,8 @@ from sparkfold.glm.tokens import BEGIN_OF_IMAGE, END_OF_IMAGE, IMAGE, VIDEO
 from sparkfold.units import MIB
 
 __all__ = [
+    "DecodeLimits",
     "DecodedMedia",
-    "MediaLimits",
     "MediaPart",
     "Video",
     "collect_media",
@@ -44,8 +44,9 @@ _DATA_URL = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[^;,]*)*
 
 
 @dataclass(frozen=True)
-class MediaLimits:
-    """Per-request budgets (defaults follow the reference recipe's serving numbers)."""
+class DecodeLimits:
+    """What decoding one request's media may cost: counts, bytes, pixels, frames and vision tokens,
+    and whether remote URLs are fetched (defaults follow the reference recipe's serving numbers)."""
 
     max_images: int = 8
     max_videos: int = 1
@@ -62,7 +63,7 @@ class MediaLimits:
     fetch_timeout_s: float = 10.0
 
     @classmethod
-    def from_settings(cls, settings: Any) -> MediaLimits:
+    def from_settings(cls, settings: Any) -> DecodeLimits:
         """From ``[engine.media]`` (:class:`sparkfold.config.MediaSettings`), MiB turned into bytes."""
         fields = settings.model_dump()
         fields["max_image_bytes"] = int(fields.pop("max_image_mib") * MIB)
@@ -128,7 +129,7 @@ def require_vision(parts: Sequence[MediaPart], *, has_vision: bool, model: str =
         )
 
 
-def _fetch(part: MediaPart, limit: int, limits: MediaLimits) -> bytes:
+def _fetch(part: MediaPart, limit: int, limits: DecodeLimits) -> bytes:
     import httpx
 
     data = bytearray()
@@ -149,7 +150,7 @@ def _too_big(part: MediaPart, limit: int) -> str:
     return f"the {part.kind} is larger than {limit / MIB:g} MiB; send a smaller one"
 
 
-def _payload(part: MediaPart, limits: MediaLimits) -> bytes:
+def _payload(part: MediaPart, limits: DecodeLimits) -> bytes:
     limit = limits.max_image_bytes if part.kind == "image" else limits.max_video_bytes
     url = part.url.strip()
     match = _DATA_URL.match(url)
@@ -186,7 +187,7 @@ processor resizes it to the budget anyway); a larger one is shrunk at once, so o
 at full size is ever held."""
 
 
-def _open_image(part: MediaPart, data: bytes, limits: MediaLimits) -> Image.Image:
+def _open_image(part: MediaPart, data: bytes, limits: DecodeLimits) -> Image.Image:
     """The picture, opened lazily: its size comes from the header, nothing is decoded yet."""
     try:
         with warnings.catch_warnings():
@@ -202,7 +203,7 @@ def _open_image(part: MediaPart, data: bytes, limits: MediaLimits) -> Image.Imag
     return image
 
 
-def _budget_images(opened: Sequence[tuple[MediaPart, Image.Image]], limits: MediaLimits) -> None:
+def _budget_images(opened: Sequence[tuple[MediaPart, Image.Image]], limits: DecodeLimits) -> None:
     """Refuse, from the headers alone, pictures that together pass the pixel or token budget."""
     pixels = sum(image.width * image.height for _, image in opened)
     if pixels > limits.max_total_pixels:
@@ -223,7 +224,7 @@ def _budget_images(opened: Sequence[tuple[MediaPart, Image.Image]], limits: Medi
         )
 
 
-def _decode_image(part: MediaPart, image: Image.Image, limits: MediaLimits) -> Image.Image:
+def _decode_image(part: MediaPart, image: Image.Image, limits: DecodeLimits) -> Image.Image:
     keep = KEEP_FACTOR * limits.max_image_tokens * PIXELS_PER_TOKEN
     try:
         if image.width * image.height > keep:
@@ -240,7 +241,7 @@ def _decode_image(part: MediaPart, image: Image.Image, limits: MediaLimits) -> I
     return image.convert("RGB")
 
 
-def _decode_video(part: MediaPart, data: bytes, limits: MediaLimits) -> Video:
+def _decode_video(part: MediaPart, data: bytes, limits: DecodeLimits) -> Video:
     try:
         import av
     except ImportError:  # an install without the exllamav3 extra's PyAV: say so, never a 500
@@ -276,9 +277,9 @@ def _decode_video(part: MediaPart, data: bytes, limits: MediaLimits) -> Video:
     return Video(frames=frames, fps=min(limits.video_fps, rate), duration_s=total / rate)
 
 
-def load_media(parts: Sequence[MediaPart], limits: MediaLimits | None = None) -> DecodedMedia:
+def load_media(parts: Sequence[MediaPart], limits: DecodeLimits | None = None) -> DecodedMedia:
     """Fetch and decode every part within ``limits``."""
-    limits = limits or MediaLimits()
+    limits = limits or DecodeLimits()
     images = [p for p in parts if p.kind == "image"]
     videos = [p for p in parts if p.kind == "video"]
     if len(images) > limits.max_images:
@@ -318,10 +319,10 @@ def vision_inputs(
     *,
     image_processor: Any,
     video_processor: Any = None,
-    limits: MediaLimits | None = None,
+    limits: DecodeLimits | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """Run the model's processors; return the prompt with placeholders expanded and the tensors."""
-    limits = limits or MediaLimits()
+    limits = limits or DecodeLimits()
     tensors: dict[str, Any] = {}
     total = 0
     if media.images:

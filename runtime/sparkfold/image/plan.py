@@ -3,26 +3,35 @@
 :func:`plan` takes the inventory's image variables (:class:`ImageVars`, the names the image role
 reads, its defaults applied), the pins recorded on the control host (:class:`Records`) and what
 this run found out (:class:`Probe`: each node's Docker and image labels, and what the head resolved
-now), and returns one :class:`Plan`. Nothing here runs a command or writes a file: the role probes,
+now), and returns one :class:`ImagePlan`. Nothing here runs a command or writes a file: the role probes,
 asks for the plan (``sparkfold image plan --json``) and carries it out.
 
 How the role carries it out (``roles/sparkfold_image/``): ``tasks/plan.yml`` runs this on the
-control host before anything else, with the role's variables as it sees them and no probe; then
+control host before anything else, with the role's variables as it sees them and no probe, and
+again after each probe, with the probes' results as Ansible registered them (``--results``, read by
+:mod:`sparkfold.image.probes`: :meth:`Probe.from_results`); the role keeps the latest plan as the
+fact ``_sparkfold_image_plan`` and reads its decisions there, none in Jinja:
 
 * the way: ``tasks/main.yml`` includes ``way-<way>.yml``. ``none`` unless ``sparkfold_engine`` is
   ``tensorfold`` (the venv engines); ``published`` when ``sparkfold_image_registry_ref`` is set
   (pulled by digest on every node); else a build on the head: ``build`` from an external series
   (``sparkfold_image_series_ref``) or a ready context (``sparkfold_image_source: context``),
   ``stock`` for TensorFold with only our own series;
+* each node (``node``, by name; after ``tasks/docker.yml``): whether Docker answers there and why
+  not, its image's series label, and, once the series hash is computed (``tasks/hash.yml``:
+  ``--hash``, over the pins in effect, :class:`HashInputs`), whether the image is ``current``;
+  ``head_docker`` and ``build_due`` for the head;
 * the pins, trust on first use: the inventory's value, else the one recorded under
   ``<control_dir>/pins/<inventory>/``, else the one resolved now. The kinds the plan lists in
-  ``to_record`` are resolved on the head (``pin.yml``: the tag; ``base.yml``: the base image;
-  ``series.yml``: the external series) and written to ``record_files`` through the one
-  ``roles/sparkfold/tasks/pins.yml``;
+  ``to_record`` are resolved on the head (``pin.yml``: the tag, ``tag``; ``base.yml``: the base
+  image; ``series.yml``: the external series, ``fetch`` and ``fetched``) and written to
+  ``record_files`` through the one ``roles/sparkfold/tasks/pins.yml``; a build takes ``commit``,
+  ``base`` and ``pinned_ref`` in effect;
 * the stops, keyed (``stops``), in the order the role meets them, with the words users see
-  (:data:`STOPS`): the role asserts each where it meets it (after the same steps as ever), with the
-  plan's words for those the variables and records decide (source, base, settings) and its own for
-  those only the run finds out (a node's Docker, the published label, a moved tag);
+  (:data:`STOPS`): the role asserts each where it meets it (after the same steps as ever), in the
+  plan's words, but a node's Docker, which it words node by node with the plan's ``problem``;
+* a published image is accepted by ``published_label``: the recipe's label the head computed over
+  the fetched series, else ``sparkfold_image_published_label``;
 * the profile: ``profile.yml`` writes ``profile_name`` and ``supports``.
 
 Given ``--probe`` facts (``sparkfold image plan`` by hand), the plan also says what the head
@@ -32,20 +41,23 @@ resolved now, whether each node's image is current and the stops those facts bri
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 
+from sparkfold.image import probes
+from sparkfold.image.patches import LABEL
+
 __all__ = [
     "STOPS",
+    "ImagePlan",
     "ImageVars",
     "NodeFacts",
     "NodeState",
     "Pin",
-    "Plan",
     "PlanError",
     "Probe",
     "Records",
@@ -60,7 +72,7 @@ Kind = Literal["image", "commit", "base", "series"]
 
 _DIGEST = re.compile(r"^[^@]+@sha256:[0-9a-f]{64}$")
 _PUBLISHED = re.compile(r"@sha256:[0-9a-f]{64}$")
-_HEX12 = re.compile(r"^[0-9a-f]{12}$")
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 # The role's stop messages (fail_msg of its asserts), word for word, with its Jinja fields as
 # format fields: the role prints the plan's ``stop`` instead of keeping its own copy.
@@ -230,7 +242,7 @@ class Records:
 
 @dataclass(frozen=True)
 class NodeFacts:
-    """What the role's probes found on a node (tasks/docker.yml, tasks/probe.yml)."""
+    """What the role's probes found on a node (tasks/docker.yml)."""
 
     docker: bool = True
     problem: str = ""
@@ -244,17 +256,32 @@ class NodeFacts:
 @dataclass(frozen=True)
 class Probe:
     """This run's facts: every node's, the series hash (``sparkfold image hash``) and what the head
-    resolved now (the tag's commit, the pulled base's digest, the fetched series' digests)."""
+    resolved now (the tag's commit, the pulled base's digest, the fetched series' digests, the
+    recipe's label of the fetched series)."""
 
     nodes: Mapping[str, NodeFacts] = field(default_factory=dict)
     head: str = ""
     hash: str = ""
     tag_commit: str = ""
+    tag_problem: str = ""
+    tag_probed: bool = False
+    """The head ran ``git ls-remote`` (tasks/tag.yml); ``tag_problem`` says why it gave no commit."""
     base_digest: str = ""
     fetched: Mapping[str, str] = field(default_factory=dict)
+    """The external series' verified files, in order: name to sha256."""
+    fetch_probed: bool = False
+    fetch_ok: bool = False
+    fetch_problem: str = ""
+    """Why ``sparkfold image fetch`` refused the series (its words; read where ``fetch_ok`` is false)."""
+    recipe_label: str | None = None
+    """The recipe's ``tf.patches`` label the head computed over the fetched series (None: not asked)."""
+    to_record: tuple[Kind, ...] | None = None
+    """What this run's first plan said it resolves and records: a plan again keeps it, so a pin
+    recorded earlier in the run is still one this run records (None: decide from the records)."""
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> Probe:
+        """From decided facts (``sparkfold image plan --probe FILE``, by hand)."""
         nodes = {
             str(name): NodeFacts(
                 docker=_truthy(facts.get("docker", True)),
@@ -270,8 +297,48 @@ class Probe:
             head=str(values.get("head") or next(iter(nodes), "")),
             hash=str(values.get("hash", "")),
             tag_commit=str(values.get("tag_commit", "")),
+            tag_probed="tag_commit" in values,
             base_digest=str(values.get("base_digest", "")),
             fetched={str(k): str(v) for k, v in (values.get("fetched") or {}).items()},
+            fetch_probed="fetched" in values,
+            fetch_ok="fetched" in values,
+            recipe_label=str(values["recipe_label"]) if "recipe_label" in values else None,
+        )
+
+    @classmethod
+    def from_results(cls, results: Mapping[str, Any]) -> Probe:
+        """From the role's probe results as Ansible registered them (``--results``, tasks/plan.yml):
+        ``head``, ``hash`` (the one this run computed, if any), ``docker`` and ``label`` (each
+        node's ``docker version`` and series label probe, by node), and the head's ``tag``
+        (git ls-remote), ``fetch`` (sparkfold image fetch), ``base`` (the pulled base's
+        RepoDigests) and ``recipe_label`` (sparkfold image label); :mod:`sparkfold.image.probes`
+        reads each."""
+        docker = results.get("docker") or {}
+        labels = results.get("label") or {}
+        nodes = {
+            str(name): NodeFacts(
+                docker=probes.docker_answers(found),
+                problem=probes.docker_problem(found),
+                series_label=probes.text(labels.get(name)),
+            )
+            for name, found in docker.items()
+            if probes.ran(found)
+        }
+        tag, fetch, label = results.get("tag"), results.get("fetch"), results.get("recipe_label")
+        return cls(
+            nodes=nodes,
+            head=str(results.get("head", "")),
+            hash=str(results.get("hash") or ""),
+            tag_commit=probes.tag_commit(tag) if probes.ran(tag) else "",
+            tag_problem=probes.tag_problem(tag) if probes.ran(tag) else "",
+            tag_probed=probes.ran(tag),
+            base_digest=probes.pulled_digest(results.get("base")),
+            fetched={f["name"]: f["sha256"] for f in probes.fetched_files(fetch)},
+            fetch_probed=probes.ran(fetch),
+            fetch_ok=probes.ran(fetch) and (fetch or {}).get("rc") == 0,
+            fetch_problem=probes.fetch_problem(fetch) if probes.ran(fetch) else "",
+            recipe_label=str(probes.json_field(label, "value", "")) if probes.ran(label) else None,
+            to_record=tuple(results["to_record"]) if results.get("to_record") is not None else None,
         )
 
 
@@ -298,13 +365,50 @@ class Pin:
 
 @dataclass(frozen=True)
 class NodeState:
+    """A node as planned: its currency (``state``, ``why``), whether Docker answers there (and why
+    not), and whether its image carries the series hash this run computed (``current``: the role
+    builds or copies only where it does not)."""
+
     node: str
     state: Currency
     why: str
+    docker: bool = True
+    problem: str = ""
+    series_label: str = ""
+    current: bool = False
 
 
 @dataclass(frozen=True)
-class Plan:
+class Found:
+    """What a probe on the head found, decided: a value ('' without one), whether the probe ran,
+    whether it succeeded, and why not in words."""
+
+    value: str = ""
+    probed: bool = False
+    ok: bool = False
+    problem: str = ""
+
+
+@dataclass(frozen=True)
+class HashInputs:
+    """What the series hash covers beside our series (``sparkfold image hash``'s options): the base
+    in effect, or a ready context folder (its files' digest stands for base and commit); the ref
+    (``ref@commit`` for a TensorFold build); the extras; the external series' verified files."""
+
+    ref: str
+    base: str = ""
+    context: str = ""
+    extras: tuple[str, ...] = ()
+    external_source: str = ""
+    external_strip: int = 0
+    external: tuple[tuple[str, str], ...] = ()
+
+
+Hasher = Callable[[HashInputs], str]
+
+
+@dataclass(frozen=True)
+class ImagePlan:
     way: Way
     source: str
     image: str
@@ -325,14 +429,40 @@ class Plan:
     """The kinds of pin this run resolves on the head and records (trust on first use, through
     roles/sparkfold/tasks/pins.yml): neither the inventory nor a record pins them (a series: some
     file, or no file is known yet)."""
+    label: str = LABEL
+    """The image label that carries the series hash."""
+    head_docker: bool = False
+    """Docker answers on the head (as probed; false before the probe)."""
+    build_due: bool = False
+    """The head has Docker and its image does not carry the series hash: a build (or pull) is due."""
+    tag: Found = field(default_factory=Found)
+    """The tag's commit as the head resolved it now (tasks/tag.yml); ``ok``: a full commit."""
+    fetch: Found = field(default_factory=Found)
+    """The external series' fetch on the head (tasks/series.yml); its files are ``fetched``."""
+    fetched: tuple[Mapping[str, str], ...] = ()
+    """The external series' verified files, in order (``[{name, sha256}]``, as recorded)."""
+    external_source: str = ""
+    """The external series as ``repo@commit:folder`` ('' without one)."""
+    commit: str = ""
+    """The TensorFold commit a build clones: the pinned one, else the tag's now ('' unknown)."""
+    base: str = ""
+    """The base image a build starts FROM: by digest when pinned or pulled now, else the tag."""
+    pinned_ref: str = ""
+    """The ref the series hash covers: ``ref@commit`` for a TensorFold build, else the ref."""
+    hash: str = ""
+    """The series hash the image must carry (computed when asked: ``--hash``)."""
+    published_label: str = ""
+    """The ``tf.patches`` label a published image is accepted by: the recipe's formula over the
+    fetched series when the head computed it, else ``sparkfold_image_published_label``."""
 
     def pin(self, kind: Kind) -> Pin | None:
         """The one pin of ``kind`` (image, commit or base), if the way has it."""
         return next((p for p in self.pins if p.kind == kind), None)
 
     def as_dict(self) -> dict[str, Any]:
-        """The plan as ``sparkfold image plan --json`` gives it: also each pin in words (``what``)
-        and ``pinned``, the pins by kind (image, commit, base: one or null; series: a list)."""
+        """The plan as ``sparkfold image plan --json`` gives it: also each pin in words (``what``),
+        ``pinned``, the pins by kind (image, commit, base: one or null; series: a list), and
+        ``node``, the nodes by name."""
         found = asdict(self)
         for pin, given in zip(self.pins, found["pins"], strict=True):
             given["what"] = pin.what
@@ -341,34 +471,86 @@ class Plan:
             for kind in ("image", "commit", "base")
         }
         found["pinned"]["series"] = [p for p in found["pins"] if p["kind"] == "series"]
+        found["node"] = {node["node"]: node for node in found["nodes"]}
         return found
 
 
 def plan(
-    values: ImageVars, records: Records, probe: Probe | None = None, *, series_supports: Sequence[str] = ()
-) -> Plan:
+    values: ImageVars,
+    records: Records,
+    probe: Probe | None = None,
+    *,
+    series_supports: Sequence[str] = (),
+    hasher: Hasher | None = None,
+) -> ImagePlan:
     """The image stage's plan for ``values``; ``series_supports`` is what our own series' profile.toml
-    declares (``sparkfold image hash --json``'s ``supports``)."""
+    declares (``sparkfold image hash --json``'s ``supports``). With ``hasher`` (and a probe without
+    a hash), the series hash of the inputs in effect is computed (:class:`HashInputs`)."""
+    probed = probe is not None
     probe = probe or Probe()
     way = _way(values)
     if way == "none":
-        return Plan(way, "", values.sparkfold_image_name, (), (), "", (), None)
+        return ImagePlan(way, "", values.sparkfold_image_name, (), (), "", (), None)
     pins = _pins(values, records, probe, way)
-    stops = _stops(values, records, probe, way, pins)
-    return Plan(
+    commit_pin = next((p for p in pins if p.kind == "commit"), None)
+    base_pin = next((p for p in pins if p.kind == "base"), None)
+    commit = commit_pin.value if commit_pin else ""
+    ref = values.sparkfold_image_tensorfold_ref
+    fetched = tuple({"name": name, "sha256": sha} for name, sha in probe.fetched.items())
+    inputs = HashInputs(
+        ref=f"{ref}@{commit}" if commit_pin else ref,
+        base=f"{base_pin.name}@{base_pin.value}"
+        if base_pin and base_pin.value
+        else values.sparkfold_image_base,
+        context=values.sparkfold_image_context_dir if values.sparkfold_image_source == "context" else "",
+        extras=() if values.sparkfold_image_source == "context" else values.sparkfold_image_extras,
+        external_source=_external_source(values) if fetched else "",
+        external_strip=int(values.sparkfold_image_series_ref.get("strip", 0)),
+        external=tuple((f["name"], f["sha256"]) for f in fetched),
+    )
+    if not probe.hash and hasher is not None:
+        probe = replace(probe, hash=hasher(inputs))
+    nodes = tuple(_node(values, probe, way, name, facts) for name, facts in probe.nodes.items())
+    head = next((n for n in nodes if n.node == probe.head), None)
+    stops = _stops(values, records, probe, way, pins, head, probed=probed)
+    return ImagePlan(
         way=way,
         source="registry" if way == "published" else values.sparkfold_image_source,
         image=values.sparkfold_image_name,
         pins=tuple(pins),
-        nodes=tuple(_currency(values, probe, way, name, facts) for name, facts in probe.nodes.items()),
+        nodes=nodes,
         profile_name=_profile_name(values),
         supports=_supports(values, series_supports),
         stop=next(iter(stops.values()), None),
         stops=stops,
         warnings=_warnings(values, way),
         record_files=_record_files(values, records, way),
-        to_record=_to_record(values, pins),
+        to_record=_to_record(values, pins) if probe.to_record is None else probe.to_record,
+        head_docker=head is not None and head.docker,
+        build_due=head is not None and head.docker and not head.current,
+        tag=Found(
+            probe.tag_commit,
+            probe.tag_probed,
+            bool(_COMMIT.match(probe.tag_commit)),
+            probe.tag_problem,
+        ),
+        fetch=Found("", probe.fetch_probed, probe.fetch_ok, probe.fetch_problem),
+        fetched=fetched,
+        external_source=_external_source(values),
+        commit=commit,
+        base=inputs.base,
+        pinned_ref=inputs.ref,
+        hash=probe.hash,
+        published_label=probe.recipe_label or values.sparkfold_image_published_label,
     )
+
+
+def _external_source(values: ImageVars) -> str:
+    """The external series in words: ``repo@commit:folder`` ('' without one)."""
+    series = values.sparkfold_image_series_ref
+    if not series:
+        return ""
+    return f"{series.get('repo', '')}@{series.get('commit', '')}:{series.get('folder', 'patches')}"
 
 
 def _way(values: ImageVars) -> Way:
@@ -461,7 +643,14 @@ def _pins(values: ImageVars, records: Records, probe: Probe, way: Way) -> list[P
 
 
 def _stops(
-    values: ImageVars, records: Records, probe: Probe, way: Way, pins: Sequence[Pin]
+    values: ImageVars,
+    records: Records,
+    probe: Probe,
+    way: Way,
+    pins: Sequence[Pin],
+    head: NodeState | None,
+    *,
+    probed: bool,
 ) -> dict[str, str]:
     """Every stop that applies, in the order the role meets them, with its words (:data:`STOPS`)."""
     stops: dict[str, str] = {}
@@ -503,17 +692,18 @@ def _stops(
         stops["settings"] = STOPS["settings"].format(
             engine_image=engine_image or "unset", name=values.sparkfold_image_name, registry_ref=registry
         )
-    head = probe.nodes.get(probe.head)
-    head_docker = head is None or head.docker
-    # tasks/pull.yml: without a series the label to accept by is the inventory's (when the head has Docker).
-    label = values.sparkfold_image_published_label
-    if way == "published" and not values.sparkfold_image_series_ref and head_docker and len(label) != 12:
+    # tasks/pull.yml, where the head has Docker (or nothing is known of the nodes): the label to accept
+    # by is the recipe's over the fetched series when the head computed it, else the inventory's. With
+    # a series, it is known once the head has fetched it and computed the label (or fetched nothing).
+    head_docker = head.docker if head is not None else not probe.nodes
+    label = probe.recipe_label or values.sparkfold_image_published_label
+    label_known = not values.sparkfold_image_series_ref or (
+        probed and (probe.recipe_label is not None or not probe.fetched)
+    )
+    if way == "published" and head_docker and label_known and len(label) != 12:
         stops["published_label"] = STOPS["published_label"].format(registry_ref=registry)
     # tasks/build.yml re-checks the tag only where the head's image is due for a build.
-    head_due = head is not None and _currency(values, probe, way, probe.head, head).state in (
-        "stale",
-        "missing",
-    )
+    head_due = head is not None and head.state in ("stale", "missing")
     commit = next((p for p in pins if p.kind == "commit"), None)
     if commit and probe.tag_commit and head_due and commit.value and commit.value != probe.tag_commit:
         given = values.sparkfold_image_tensorfold_commit
@@ -562,36 +752,40 @@ def _warnings(values: ImageVars, way: Way) -> dict[str, str]:
     return {}
 
 
-def _currency(values: ImageVars, probe: Probe, way: Way, node: str, facts: NodeFacts) -> NodeState:
-    """Whether a node's image is the one planned: tasks/probe.yml (``_sparkfold_image_current``,
-    the series label against the series hash) for a build; for a published image,
-    ``sparkfold.image.published.pull_published``'s rule (its tf.patches label and digest)."""
+def _node(values: ImageVars, probe: Probe, way: Way, node: str, facts: NodeFacts) -> NodeState:
+    """A node as planned. ``current``: its image carries the series hash (the role builds, copies to
+    the worker, and says "current" by it, also where it pulls a published image)."""
+    state, why = _currency(values, probe, way, facts)
+    current = facts.docker and bool(probe.hash) and facts.series_label == probe.hash
+    return NodeState(node, state, why, facts.docker, facts.problem, facts.series_label, current)
+
+
+def _currency(values: ImageVars, probe: Probe, way: Way, facts: NodeFacts) -> tuple[Currency, str]:
+    """Whether a node's image is the one planned: its series label against the series hash for a
+    build; for a published image, ``sparkfold.image.published.pull_published``'s rule (its
+    tf.patches label and digest)."""
     name = values.sparkfold_image_name
     if not facts.docker:
-        return NodeState(node, "missing", f"no working Docker ({facts.problem or 'no answer'})")
+        return ("missing", f"no working Docker ({facts.problem or 'no answer'})")
     if way == "published":
         digest = values.sparkfold_image_registry_ref.rsplit("@", 1)[-1]
         expected = values.sparkfold_image_published_label
         if not facts.tf_patches and not facts.repo_digests:
-            return NodeState(node, "missing", f"no image {name}")
+            return ("missing", f"no image {name}")
         if not any(d.endswith("@" + digest) for d in facts.repo_digests):
-            return NodeState(node, "stale", f"{name} is not {digest}")
+            return ("stale", f"{name} is not {digest}")
         if values.sparkfold_image_series_ref:
-            return NodeState(
-                node, "unknown", "the label is the recipe's formula over the series, fetched on the head"
-            )
+            return ("unknown", "the label is the recipe's formula over the series, fetched on the head")
         if facts.tf_patches != expected:
-            return NodeState(
-                node, "stale", f"{name} carries tf.patches={facts.tf_patches or '(none)'}, not {expected}"
-            )
-        return NodeState(node, "current", f"{name} is {digest} with tf.patches={expected}")
+            return ("stale", f"{name} carries tf.patches={facts.tf_patches or '(none)'}, not {expected}")
+        return ("current", f"{name} is {digest} with tf.patches={expected}")
     if not facts.series_label:
-        return NodeState(node, "missing", f"no image {name}")
+        return ("missing", f"no image {name}")
     if not probe.hash:
-        return NodeState(node, "unknown", "no series hash given (sparkfold image hash)")
+        return ("unknown", "no series hash given (sparkfold image hash)")
     if facts.series_label != probe.hash:
-        return NodeState(node, "stale", f"{name} was built from another series ({facts.series_label})")
-    return NodeState(node, "current", f"{name} carries the series hash {probe.hash}")
+        return ("stale", f"{name} was built from another series ({facts.series_label})")
+    return ("current", f"{name} carries the series hash {probe.hash}")
 
 
 def _profile_name(values: ImageVars) -> str:
@@ -602,12 +796,7 @@ def _profile_name(values: ImageVars) -> str:
     if values.sparkfold_image_source == "context":
         return f"{name} (the ready context {Path(values.sparkfold_image_context_dir).name})"
     ref = values.sparkfold_image_tensorfold_ref
-    series = values.sparkfold_image_series_ref
-    external = (
-        f" + {series.get('repo', '')}@{series.get('commit', '')}:{series.get('folder', 'patches')}"
-        if series
-        else ""
-    )
+    external = f" + {_external_source(values)}" if values.sparkfold_image_series_ref else ""
     return f"{name} (TensorFold {ref}{external} + patches/tensorfold/{ref})"
 
 

@@ -28,7 +28,7 @@ from sparkfold.engines.core.client import CoreClient
 from sparkfold.engines.exllamav3 import vision as vision_module
 from sparkfold.engines.generator import SamplingParams
 from sparkfold.glm.errors import MediaError
-from sparkfold.glm.media import MediaLimits, collect_media, load_media, vision_inputs
+from sparkfold.glm.media import DecodeLimits, collect_media, load_media, vision_inputs
 from sparkfold.glm.render import PromptRenderer
 
 IMAGE, BEGIN_VIDEO, END_VIDEO = 7, 8, 9  # as test_exllamav3's PictureTok has them
@@ -163,14 +163,14 @@ def test_a_clip_past_the_token_limit_is_refused_naming_it() -> None:
             media,
             image_processor=processor,
             video_processor=processor,
-            limits=MediaLimits(max_video_tokens=5),
+            limits=DecodeLimits(max_video_tokens=5),
         )
 
 
 def test_a_clip_past_the_frame_limit_is_refused_naming_it() -> None:
     parts = collect_media(video_message(mp4(frames=12, rate=2)))
     with pytest.raises(MediaError, match=r"longer than 5 frames at 2 frames/s \(max_video_frames"):
-        load_media(parts, MediaLimits(max_video_frames=5))
+        load_media(parts, DecodeLimits(max_video_frames=5))
 
 
 # --- the engine thread ----------------------------------------------------------------------------

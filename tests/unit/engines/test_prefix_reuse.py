@@ -17,7 +17,7 @@ import pytest
 
 from sparkfold.engines.generator import SamplingParams, TokenLogprob
 from sparkfold.engines.transformers.backend import ModelRunner, TransformersGenerator
-from sparkfold.engines.transformers.lanes import Lane, common_prefix
+from sparkfold.engines.transformers.lanes import SlotCache, common_prefix
 from sparkfold.testing import torch_threads
 
 transformers = pytest.importorskip("transformers")
@@ -133,7 +133,7 @@ def test_a_lane_keeps_at_most_its_bound(model: Any) -> None:
 
 
 def test_a_lane_resumes_only_at_its_marks_and_never_after_pictures() -> None:
-    lane = Lane(_Empty, block=4, keep_tokens=64)
+    lane = SlotCache(_Empty, block=4, keep_tokens=64)
     lane.fed([1, 2, 3, 4])
     lane.fed([5, 6, 7])  # a partial chunk: no mark at 7
     assert lane.reusable([1, 2, 3, 4, 5, 6, 7, 8]) == 4

@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from sparkfold.glm.errors import MediaError
-from sparkfold.glm.media import MediaLimits, collect_media, load_media, require_vision, vision_inputs
+from sparkfold.glm.media import DecodeLimits, collect_media, load_media, require_vision, vision_inputs
 from sparkfold.glm.render import PromptRenderer
 
 
@@ -91,21 +91,21 @@ def test_images_and_videos_decode() -> None:
 @pytest.mark.parametrize(
     ("url", "limits", "message"),
     [
-        ("https://example.org/cat.png", MediaLimits(), r"http\(s\) image URLs are disabled"),
-        ("file:///etc/passwd", MediaLimits(), "unsupported image URL scheme"),
-        ("data:image/png;base64,!!!", MediaLimits(), "not valid base64"),
-        ("data:image/png,rawbytes", MediaLimits(), "must be base64"),
+        ("https://example.org/cat.png", DecodeLimits(), r"http\(s\) image URLs are disabled"),
+        ("file:///etc/passwd", DecodeLimits(), "unsupported image URL scheme"),
+        ("data:image/png;base64,!!!", DecodeLimits(), "not valid base64"),
+        ("data:image/png,rawbytes", DecodeLimits(), "must be base64"),
         (
             "data:image/png;base64," + base64.b64encode(b"not an image").decode(),
-            MediaLimits(),
+            DecodeLimits(),
             "cannot decode",
         ),
-        (png(), MediaLimits(max_image_bytes=10), "larger than"),
-        (png(300, 300), MediaLimits(max_image_pixels=1000), "pixels"),
-        ("", MediaLimits(), "has no url"),
+        (png(), DecodeLimits(max_image_bytes=10), "larger than"),
+        (png(300, 300), DecodeLimits(max_image_pixels=1000), "pixels"),
+        ("", DecodeLimits(), "has no url"),
     ],
 )
-def test_bad_images_are_clear_errors(url: str, limits: MediaLimits, message: str) -> None:
+def test_bad_images_are_clear_errors(url: str, limits: DecodeLimits, message: str) -> None:
     parts = collect_media([{"role": "user", "content": [image_part(url)]}])
     with pytest.raises(MediaError, match=message) as error:
         load_media(parts, limits)
@@ -118,12 +118,12 @@ def test_bad_images_are_clear_errors(url: str, limits: MediaLimits, message: str
 def test_counts_and_frames_are_limited() -> None:
     parts = collect_media([{"role": "user", "content": [image_part(png()), image_part(png())]}])
     with pytest.raises(MediaError, match="2 images, at most 1"):
-        load_media(parts, MediaLimits(max_images=1))
+        load_media(parts, DecodeLimits(max_images=1))
     video = collect_media(
         [{"role": "user", "content": [{"type": "video_url", "video_url": {"url": mp4(12, 4)}}]}]
     )
     with pytest.raises(MediaError, match="longer than 3 frames"):
-        load_media(video, MediaLimits(max_video_frames=3))
+        load_media(video, DecodeLimits(max_video_frames=3))
 
 
 def test_a_model_without_vision_refuses_pictures() -> None:
@@ -152,7 +152,7 @@ def test_the_model_processor_expands_placeholders_within_budget(tiny_glm: Path) 
     assert text.count("<|image|>") == sum(counts) and all(c >= 16 for c in counts)
     assert text.count("<|begin_of_image|>") == 2 and tensors["pixel_values"].shape[0] == sum(counts) * 4
     with pytest.raises(MediaError, match="more than 20 per request"):
-        vision_inputs(prompt, media, image_processor=processor, limits=MediaLimits(max_total_tokens=20))
+        vision_inputs(prompt, media, image_processor=processor, limits=DecodeLimits(max_total_tokens=20))
     with pytest.raises(MediaError, match="video processor is unavailable"):
         video_media = load_media(
             collect_media([{"role": "user", "content": [{"type": "video_url", "video_url": {"url": mp4()}}]}])
@@ -163,7 +163,7 @@ def test_the_model_processor_expands_placeholders_within_budget(tiny_glm: Path) 
 def test_limits_come_from_the_engine_settings() -> None:
     from sparkfold.config import MediaSettings
 
-    limits = MediaLimits.from_settings(MediaSettings(max_image_mib=1.5, remote_urls=True, max_images=2))
+    limits = DecodeLimits.from_settings(MediaSettings(max_image_mib=1.5, remote_urls=True, max_images=2))
     assert (limits.max_image_bytes, limits.remote_urls, limits.max_images) == (1572864, True, 2)
     assert limits.max_video_bytes == 64 * 1024 * 1024
 
@@ -192,7 +192,7 @@ def test_pictures_past_the_pixel_budget_are_refused_from_their_headers(
     request = _request(*[png(300, 300)] * 3)
     decoded = _count_decodes(monkeypatch)
     with pytest.raises(MediaError, match="pixels together"):
-        load_media(request, MediaLimits(max_total_pixels=200_000))
+        load_media(request, DecodeLimits(max_total_pixels=200_000))
     assert decoded == []  # nothing was decoded
 
 
@@ -202,12 +202,12 @@ def test_pictures_past_the_token_budget_are_refused_from_their_headers(
     request = _request(png(280, 280), png(280, 280))
     decoded = _count_decodes(monkeypatch)
     with pytest.raises(MediaError, match="about 200 tokens"):
-        load_media(request, MediaLimits(max_total_tokens=150))
+        load_media(request, DecodeLimits(max_total_tokens=150))
     assert decoded == []
 
 
 def test_a_large_picture_is_kept_near_its_token_budget() -> None:
-    media = load_media(_request(png(3000, 2000)), MediaLimits(max_image_tokens=64))
+    media = load_media(_request(png(3000, 2000)), DecodeLimits(max_image_tokens=64))
     [image] = media.images
     assert image.width * image.height <= 4 * 64 * 28 * 28 and image.width / image.height == pytest.approx(
         1.5, 0.02

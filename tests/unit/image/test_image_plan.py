@@ -13,7 +13,7 @@ import yaml
 from click.testing import CliRunner
 
 from sparkfold.cli import main
-from sparkfold.image.plan import STOPS, ImageVars, Plan, PlanError, Probe, Records, plan
+from sparkfold.image.plan import STOPS, ImagePlan, ImageVars, PlanError, Probe, Records, plan
 
 COMMIT = "a" * 40
 OTHER_COMMIT = "b" * 40
@@ -35,14 +35,14 @@ def role_defaults(repo: Path) -> dict[str, Any]:
     return {name: value for name, value in found.items() if "{{" not in str(value)}
 
 
-def plan_of(repo: Path, tmp_path: Path, probe: dict[str, Any] | None = None, **inventory: Any) -> Plan:
+def plan_of(repo: Path, tmp_path: Path, probe: dict[str, Any] | None = None, **inventory: Any) -> ImagePlan:
     values = ImageVars.from_mapping(
         {**role_defaults(repo), "sparkfold_engine": "tensorfold", "inventory_dir": "/inv/pair", **inventory}
     )
     return plan(values, Records(tmp_path / "pins"), Probe.from_mapping(probe) if probe else None)
 
 
-def pin(done: Plan, what: str) -> Any:
+def pin(done: ImagePlan, what: str) -> Any:
     return next(p for p in done.pins if p.what.startswith(what))
 
 
@@ -342,13 +342,12 @@ PLANNED = {
         "Stop if the inventory's base digest is not the one recorded at first use",
     ),
     "settings": ("tasks/hash.yml", "Stop if the image settings do not fit together"),
-}
-# ... and those it words itself, on what only the run finds out (a node's Docker, the label the head
-# computed, the tag now).
-ROLE_WORDS = {
-    "docker": ("tasks/docker.yml", "Stop if Docker does not answer on a node that must run the engine image"),
     "published_label": ("tasks/pull.yml", "Stop if there is no label to accept the published image by"),
     "tag_moved": ("tasks/build.yml", "Stop if the tag moved away from the pinned commit"),
+}
+# ... and the one it words itself, node by node, with the plan's reading of the node's Docker probe.
+ROLE_WORDS = {
+    "docker": ("tasks/docker.yml", "Stop if Docker does not answer on a node that must run the engine image"),
 }
 _JINJA = re.compile(r"\{\{(?:'[^']*'|\"[^\"]*\"|[^'\"])*?\}\}")
 
@@ -386,3 +385,225 @@ def test_the_stops_keep_the_roles_words(repo: Path, stop: str) -> None:
         found = ours.find(literal, at) if literal else at
         assert found >= 0, f"{stop}: {literal!r} is not in {ours[at:]!r}"
         at = found + len(literal)
+
+
+# --- A plan again after the role's probes (--results: their results as Ansible registered them)
+
+
+def results(**found: Any) -> dict[str, Any]:
+    """The role's probe results (tasks/plan.yml) on one head h1 whose Docker answers."""
+    return {
+        "head": "h1",
+        "docker": {"h1": {"rc": 0, "stdout": "28.1.1"}},
+        "label": {"h1": {"rc": 0, "stdout": "9" * 64 + "\n"}},
+        **found,
+    }
+
+
+def replan(repo: Path, tmp_path: Path, found: dict[str, Any], **inventory: Any) -> ImagePlan:
+    values = ImageVars.from_mapping(
+        {**role_defaults(repo), "sparkfold_engine": "tensorfold", "inventory_dir": "/inv/pair", **inventory}
+    )
+    return plan(values, Records(tmp_path / "pins"), Probe.from_results(found))
+
+
+def test_each_nodes_docker_and_currency_come_from_its_probes(repo: Path, tmp_path: Path) -> None:
+    found = results(
+        hash="9" * 64,
+        docker={
+            "h1": {"rc": 0, "stdout": "28.1.1"},
+            "w1": {"rc": 2, "stderr": "", "msg": "[Errno 2] No such file or directory: b'docker'"},
+            "w2": {"rc": 0, "stdout": "28.1.1"},
+        },
+        label={"h1": {"rc": 0, "stdout": "9" * 64}, "w1": {"skipped": True}, "w2": {"rc": 1, "stdout": ""}},
+    )
+    done = replan(repo, tmp_path, found, sparkfold_image_docker_required=False).as_dict()
+    head, worker, other = done["node"]["h1"], done["node"]["w1"], done["node"]["w2"]
+    assert (head["docker"], head["current"], head["state"]) == (True, True, "current")
+    assert (worker["docker"], worker["problem"], worker["current"]) == (
+        False,
+        "docker is not installed (not on PATH)",
+        False,
+    )
+    assert (other["series_label"], other["current"], other["state"]) == ("", False, "missing")
+    assert (done["head_docker"], done["build_due"]) == (True, False)
+    stale = replan(repo, tmp_path, results(hash="8" * 64))
+    assert (stale.head_docker, stale.build_due, stale.nodes[0].state) == (True, True, "stale")
+    # Before the series hash is known, nothing is current, but the head's Docker is.
+    early = replan(repo, tmp_path, results())
+    assert (early.nodes[0].current, early.head_docker, early.nodes[0].series_label) == (False, True, "9" * 64)
+
+
+def test_a_head_without_docker_builds_nothing(repo: Path, tmp_path: Path) -> None:
+    found = results(hash="9" * 64, docker={"h1": {"rc": 1, "stderr": "Cannot connect"}}, label={})
+    done = replan(repo, tmp_path, found, sparkfold_image_docker_required=False)
+    assert (done.head_docker, done.build_due, done.nodes[0].problem) == (False, False, "Cannot connect")
+
+
+def test_the_tag_the_head_resolved_is_pinned_and_said(repo: Path, tmp_path: Path) -> None:
+    lines = [f"{OTHER_COMMIT}\trefs/tags/v0.6.0", f"{COMMIT}\trefs/tags/v0.6.0^{{}}"]
+    done = replan(repo, tmp_path, results(tag={"rc": 0, "stdout_lines": lines, "stderr": ""}))
+    assert (done.tag.value, done.tag.ok, done.tag.probed) == (COMMIT, True, True)
+    assert (pin(done, "tensorfold").value, pin(done, "tensorfold").source) == (COMMIT, "resolved-now")
+    assert (done.commit, done.pinned_ref) == (COMMIT, f"v0.6.0@{COMMIT}")
+    missing = replan(repo, tmp_path, results(tag={"rc": 2, "stderr": "", "msg": "[Errno 2]"}))
+    assert (missing.tag.ok, missing.tag.problem) == (False, "git is not installed (not on PATH)")
+    assert (missing.commit, missing.pinned_ref) == ("", "v0.6.0@")
+    skipped = replan(repo, tmp_path, results(tag={"skipped": True}))
+    assert (skipped.tag.probed, skipped.tag.ok) == (False, False)
+
+
+def test_a_moved_tag_stops_a_due_build_from_the_probes(repo: Path, tmp_path: Path) -> None:
+    moved = {"rc": 0, "stdout_lines": [f"{OTHER_COMMIT}\trefs/tags/v0.6.0"], "stderr": ""}
+    found = results(hash="8" * 64, tag=moved)
+    done = replan(repo, tmp_path, found, sparkfold_image_tensorfold_commit=COMMIT)
+    assert done.build_due and done.stops["tag_moved"].startswith(
+        f"the tag moved: v0.6.0 of https://github.com/ashhart/TensorFold.git now points to {OTHER_COMMIT}, "
+        f"not the pinned {COMMIT} (sparkfold_image_tensorfold_commit)"
+    )
+    current = replan(repo, tmp_path, {**found, "hash": "9" * 64}, sparkfold_image_tensorfold_commit=COMMIT)
+    assert "tag_moved" not in current.stops
+
+
+def test_the_base_in_effect_is_by_digest_when_pinned_or_pulled_now(repo: Path, tmp_path: Path) -> None:
+    assert replan(repo, tmp_path, results()).base == BASE
+    pulled = replan(repo, tmp_path, results(base={"rc": 0, "stdout": f"nvcr.io/nvidia/pytorch@{DIGEST}"}))
+    assert (pulled.base, pin(pulled, "base").source) == (f"{BASE}@{DIGEST}", "resolved-now")
+    record(tmp_path, "base-nvcr.io_nvidia_pytorch_26.07-py3.digest", OTHER_DIGEST)
+    assert replan(repo, tmp_path, results()).base == f"{BASE}@{OTHER_DIGEST}"
+    # A published image takes the base as written (no base is pinned for it).
+    published = replan(repo, tmp_path, results(), sparkfold_image_registry_ref=PUBLISHED)
+    assert (published.base, published.pinned_ref) == (BASE, "v0.6.0")
+
+
+def fetch_result(*files: tuple[str, str]) -> dict[str, Any]:
+    listed = [{"name": name, "sha256": sha} for name, sha in files]
+    return {"rc": 0, "stdout": json.dumps({"ok": True, "files": listed}), "stderr": ""}
+
+
+def test_the_fetched_series_is_pinned_in_order_and_a_refusal_said(repo: Path, tmp_path: Path) -> None:
+    found = results(fetch=fetch_result(("0002.patch", "2" * 64), ("0001.patch", "1" * 64)))
+    done = replan(repo, tmp_path, found, sparkfold_image_series_ref=SERIES)
+    assert [dict(f) for f in done.fetched] == [
+        {"name": "0002.patch", "sha256": "2" * 64},
+        {"name": "0001.patch", "sha256": "1" * 64},
+    ]
+    assert (done.fetch.ok, done.external_source) == (True, f"{SERIES['repo']}@{'c' * 40}:patches")
+    assert [(p.name, p.source) for p in done.pins if p.kind == "series"] == [
+        ("0002.patch", "resolved-now"),
+        ("0001.patch", "resolved-now"),
+    ]
+    refused = {"rc": 1, "stdout": "", "stderr": "Error: 0001.patch of x: not the pinned y\n"}
+    bad = replan(repo, tmp_path, results(fetch=refused), sparkfold_image_series_ref=SERIES)
+    assert (bad.fetch.probed, bad.fetch.ok, bad.fetch.problem, bad.fetched) == (
+        True,
+        False,
+        "0001.patch of x: not the pinned y",
+        (),
+    )
+
+
+def test_what_the_run_records_is_decided_by_its_first_plan(repo: Path, tmp_path: Path) -> None:
+    """A pin recorded earlier in the run stays one the run records (the include of pins.yml and its
+    handlers meet the same condition to the end)."""
+    record(tmp_path, "base-nvcr.io_nvidia_pytorch_26.07-py3.digest", DIGEST)
+    assert replan(repo, tmp_path, results()).to_record == ("commit",)
+    kept = replan(repo, tmp_path, results(to_record=["commit", "base"]))
+    assert kept.to_record == ("commit", "base")
+
+
+def test_the_published_label_is_the_heads_else_the_inventorys(repo: Path, tmp_path: Path) -> None:
+    published = {"sparkfold_image_registry_ref": PUBLISHED, "sparkfold_image_series_ref": SERIES}
+    fetched = fetch_result(("0001.patch", "1" * 64))
+    # Before the head computed it, a series' label is not known: no stop yet.
+    waiting = replan(repo, tmp_path, results(fetch=fetched), **published)
+    assert "published_label" not in waiting.stops and waiting.published_label == ""
+    label = {"rc": 0, "stdout": json.dumps({"label": "tf.patches", "value": "a1897d591f70"})}
+    done = replan(repo, tmp_path, results(fetch=fetched, recipe_label=label), **published)
+    assert done.published_label == "a1897d591f70" and "published_label" not in done.stops
+    # Nothing fetched (a check run on a head without git): the inventory's label, here none.
+    unfetched = replan(repo, tmp_path, results(fetch={"skipped": True}), **published)
+    assert unfetched.stops["published_label"] == STOPS["published_label"].format(registry_ref=PUBLISHED)
+    given = replan(repo, tmp_path, results(), **published, sparkfold_image_published_label="0123456789ab")
+    assert given.published_label == "0123456789ab" and "published_label" not in given.stops
+    # A head without Docker pulls nothing: no label is needed.
+    no_docker = results(docker={"h1": {"rc": 1, "stderr": "down"}})
+    assert "published_label" not in replan(repo, tmp_path, no_docker, **published).stops
+
+
+def hash_command(repo: Path, *args: str) -> str:
+    series = str(repo / "patches/tensorfold/v0.6.0/series")
+    done = CliRunner().invoke(main, ["image", "hash", "--json", "--series", series, *args])
+    assert done.exit_code == 0, done.output
+    return str(json.loads(done.output)["hash"])
+
+
+def plan_command(repo: Path, tmp_path: Path, found: dict[str, Any], **inventory: Any) -> dict[str, Any]:
+    values = tmp_path / "vars.json"
+    values.write_text(
+        json.dumps(
+            {
+                **role_defaults(repo),
+                "sparkfold_engine": "tensorfold",
+                "sparkfold_control_dir": str(tmp_path),
+                **inventory,
+            }
+        )
+    )
+    series = str(repo / "patches/tensorfold/v0.6.0/series")
+    args = ["image", "plan", "--json", "--inventory-vars", str(values), "--series", series, "--hash"]
+    done = CliRunner().invoke(main, [*args, "--results", json.dumps(found)])
+    assert done.exit_code in (0, 1), done.output
+    return dict(json.loads(done.output))
+
+
+def test_the_plan_hashes_the_pins_in_effect_as_image_hash_does(repo: Path, tmp_path: Path) -> None:
+    extras = ["--extra=av==18.1.0", "--extra=xgrammar==0.2.8"]
+    tag = {"rc": 0, "stdout_lines": [f"{COMMIT}\trefs/tags/v0.6.0"], "stderr": ""}
+    pulled = {"rc": 0, "stdout": f"nvcr.io/nvidia/pytorch@{DIGEST}"}
+    found = plan_command(repo, tmp_path, results(tag=tag, base=pulled))
+    assert found["hash"] == hash_command(
+        repo, "--ref", f"v0.6.0@{COMMIT}", "--base", f"{BASE}@{DIGEST}", *extras
+    )
+    assert found["node"]["h1"]["current"] is False
+    # The external series' verified files join it.
+    fetched = fetch_result(("0001.patch", "1" * 64))
+    series = {**SERIES, "strip": 1}
+    found = plan_command(repo, tmp_path, results(tag=tag, fetch=fetched), sparkfold_image_series_ref=series)
+    assert found["hash"] == hash_command(
+        repo,
+        "--ref",
+        f"v0.6.0@{COMMIT}",
+        "--base",
+        BASE,
+        *extras,
+        "--external-source",
+        f"{SERIES['repo']}@{'c' * 40}:patches",
+        "--external-strip",
+        "1",
+        f"--external=0001.patch={'1' * 64}",
+    )
+    # A ready context: its files stand for base and commit, no extras; the ref as written.
+    context = tmp_path / "standin"
+    context.mkdir()
+    (context / "Dockerfile").write_text("FROM scratch\n")
+    found = plan_command(
+        repo,
+        tmp_path,
+        results(),
+        sparkfold_image_source="context",
+        sparkfold_image_context_dir=str(context),
+    )
+    assert found["hash"] == hash_command(repo, "--ref", "v0.6.0", "--context", str(context))
+    # A hash this run already computed is kept (the role passes it back).
+    assert plan_command(repo, tmp_path, results(hash="7" * 64))["hash"] == "7" * 64
+
+
+def test_results_and_probe_facts_are_one_or_the_other(repo: Path, tmp_path: Path) -> None:
+    values = tmp_path / "vars.json"
+    values.write_text(json.dumps({**role_defaults(repo), "sparkfold_engine": "tensorfold"}))
+    args = ["image", "plan", "--inventory-vars", str(values), "--records", str(tmp_path)]
+    both = CliRunner().invoke(main, [*args, "--probe", str(values), "--results", "{}"])
+    assert both.exit_code == 2 and "not both" in both.output
+    unhashed = CliRunner().invoke(main, [*args, "--hash"])
+    assert unhashed.exit_code == 2 and "--hash needs --series" in unhashed.output

@@ -26,7 +26,7 @@ from sparkfold.protocol import (
 __all__ = ["CountTokensRequest", "CountTokensResponse", "Message", "MessagesRequest", "MessagesResponse"]
 
 
-class _Request(BaseModel):
+class _AnthropicRequest(BaseModel):
     # strict types, as Anthropic's: true is not a number, "yes" not a boolean
     model_config = ConfigDict(extra="allow", strict=True)
 
@@ -101,7 +101,7 @@ TOOL_SCHEMA = {
 }
 
 
-class Message(_Request):
+class Message(_AnthropicRequest):
     # "system": a system turn in place, as Claude Code sends its environment block (anthropic
     # SDK: types/system_message_param.py)
     role: Literal["user", "assistant", "system"]
@@ -129,7 +129,7 @@ ToolChoice = Annotated[
 ]
 
 
-class MessagesRequest(_Request):
+class MessagesRequest(_AnthropicRequest):
     model: ModelName
     messages: Messages
     max_tokens: Integer = Field(ge=1)
@@ -154,7 +154,7 @@ class MessagesRequest(_Request):
     )
 
 
-class CountTokensRequest(_Request):
+class CountTokensRequest(_AnthropicRequest):
     model: ModelName
     messages: Messages
     system: System | None = None
@@ -173,7 +173,10 @@ class CountTokensResponse(BaseModel):
     input_tokens: int
 
 
-class Usage(BaseModel):
+class MessageUsage(BaseModel):
+    """A Messages reply's token counts, as Anthropic names them (the OpenAI dialect's is
+    :class:`sparkfold.protocol.Usage`)."""
+
     input_tokens: int = 0
     output_tokens: int = 0
     cache_creation_input_tokens: int = 0
@@ -188,4 +191,4 @@ class MessagesResponse(BaseModel):
     content: list[dict[str, Any]]
     stop_reason: Literal["end_turn", "max_tokens", "stop_sequence", "tool_use", "refusal"] | None
     stop_sequence: str | None = None
-    usage: Usage
+    usage: MessageUsage

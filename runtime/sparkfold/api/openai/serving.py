@@ -19,7 +19,7 @@ from sparkfold.api.chat_stream import DONE, ChatEvent, ChatStream
 from sparkfold.api.context import CallContext
 from sparkfold.api.errors import ApiError, ClientError, InvalidRequest
 from sparkfold.api.lanes import at_the_head
-from sparkfold.api.limits import MediaLimits, check_media
+from sparkfold.api.limits import UploadLimits, check_media
 from sparkfold.api.metrics import Metrics
 from sparkfold.api.model_names import ModelNames
 from sparkfold.api.openai.protocol import (
@@ -145,7 +145,7 @@ class ChatServing:
         engine: Engine,
         capabilities: Capabilities,
         metrics: Metrics,
-        limits: MediaLimits,
+        limits: UploadLimits,
         keepalive_s: float,
         served_name: str,
         names: ModelNames | None = None,
@@ -333,7 +333,7 @@ class UtilityServing:
     """The tokenizer routes: checked, then answered by the engine (the model routes:
     :class:`~sparkfold.api.models.ModelsServing`)."""
 
-    def __init__(self, *, engine: Engine, names: ModelNames, limits: MediaLimits | None = None) -> None:
+    def __init__(self, *, engine: Engine, names: ModelNames, limits: UploadLimits | None = None) -> None:
         self.engine = engine
         self.limits = limits
         self.names = names

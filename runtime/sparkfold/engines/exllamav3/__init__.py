@@ -18,7 +18,7 @@ from __future__ import annotations
 from sparkfold.engines.exllamav3.availability import Exllamav3Unavailable, import_exllamav3
 from sparkfold.engines.exllamav3.generator import Exllamav3Generator, Lane
 from sparkfold.engines.exllamav3.jobs import job_for, matcher_filter, sampler_for, stop_ids
-from sparkfold.engines.exllamav3.loading import Loaded, load
+from sparkfold.engines.exllamav3.loading import LoadedGenerator, load
 from sparkfold.engines.exllamav3.sizing import (
     PAGE_TOKENS,
     PoolTooSmall,
@@ -50,7 +50,7 @@ __all__ = [
     "Exllamav3Generator",
     "Exllamav3Unavailable",
     "Lane",
-    "Loaded",
+    "LoadedGenerator",
     "PoolTooSmall",
     "VisionPreprocessor",
     "WarmJob",

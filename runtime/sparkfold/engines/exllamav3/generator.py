@@ -33,7 +33,7 @@ FATAL_AFTER = 3
 
 
 @dataclass(eq=False)
-class _Request(Job):
+class _LaneJob(Job):
     lane: str = ""
     job: Any = None
     last: int | None = None
@@ -55,11 +55,11 @@ class _Snapshot:
     at: float = 0.0
 
 
-class Exllamav3Generator(ThreadedEngine[_Request]):
+class Exllamav3Generator(ThreadedEngine[_LaneJob]):
     """Requests in, token ids out: one engine thread drives exllamav3's generator(s)."""
 
     backend = "exllamav3"
-    job_type = _Request
+    job_type = _LaneJob
     supports_logprobs = True
     """From exllamav3's own per-token probabilities (:mod:`~sparkfold.engines.exllamav3.logprobs`)."""
 
@@ -103,7 +103,7 @@ class Exllamav3Generator(ThreadedEngine[_Request]):
         self._stop_on_loop = stop_on_loop
         self.gather_s = gather_s
         self._on_fatal = on_fatal
-        self._running: dict[Any, _Request] = {}
+        self._running: dict[Any, _LaneJob] = {}
         self._lane_failures = 0
         self._snapshot = _Snapshot()
         self.totals = {"drafted": 0, "accepted": 0, "cached": 0}
@@ -164,7 +164,7 @@ class Exllamav3Generator(ThreadedEngine[_Request]):
 
     # --- the engine thread (the loop is ThreadedEngine's) ----------------------------------------
 
-    def _begin(self, request: _Request) -> BaseException | None:
+    def _begin(self, request: _LaneJob) -> BaseException | None:
         lane = self._main
         if not request.params.draft and "plain" in self._lanes:
             lane = self._lanes["plain"]
@@ -219,10 +219,10 @@ class Exllamav3Generator(ThreadedEngine[_Request]):
                 log.debug("cancelling a failed job", exc_info=True)
             self._end(request, EngineFailure(f"generation failed: {exc}"))
 
-    def _cancel(self, request: _Request) -> None:
+    def _cancel(self, request: _LaneJob) -> None:
         self._lanes[request.lane].generator.cancel(request.job)
 
-    def _release(self, request: _Request) -> None:
+    def _release(self, request: _LaneJob) -> None:
         self._running.pop(request.job, None)
 
     def _idle(self) -> None:
@@ -231,7 +231,7 @@ class Exllamav3Generator(ThreadedEngine[_Request]):
     def _after_step(self) -> None:
         self._take_snapshot()
 
-    def _embed_pictures(self, request: _Request) -> tuple[Sequence[int], list[Any] | None]:
+    def _embed_pictures(self, request: _LaneJob) -> tuple[Sequence[int], list[Any] | None]:
         """The prompt with the embedding ids of its pictures and clips spliced in, and their
         ``MMEmbedding``s (the vision tower's; one per picture, one per clip)."""
         inputs = request.params.prefill_inputs or {}

@@ -34,14 +34,15 @@ from sparkfold.engines.exllamav3.vision import VisionPreprocessor
 from sparkfold.engines.exllamav3.warmup import serving_plan, warm_lanes, warm_up, warm_up_vision
 from sparkfold.units import GIB
 
-__all__ = ["Loaded", "load", "server_side"]
+__all__ = ["LoadedGenerator", "load", "server_side"]
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
-class Loaded:
-    """What :func:`load` hands back."""
+class LoadedGenerator:
+    """What :func:`load` hands back: the generator, its KV pool in tokens, the load time and the
+    serving plan (pool sizes, bytes per token, window, what the warm-up sized)."""
 
     generator: Exllamav3Generator
     pool_tokens: int
@@ -120,7 +121,7 @@ def server_side(settings: EngineSettings, vocab_size: int, pictures: Any = None)
     return tokenizer, _glm_chat(settings, directory, tokenizer, vocab_size, pictures)
 
 
-def load(settings: EngineSettings, on_fatal: Callable[[str], None] | None = None) -> Loaded:
+def load(settings: EngineSettings, on_fatal: Callable[[str], None] | None = None) -> LoadedGenerator:
     """Load the model and its pool(s); raises :class:`Exllamav3Unavailable`, :class:`PoolTooSmall`."""
     started = time.monotonic()
     exl = import_exllamav3()
@@ -299,4 +300,4 @@ def load(settings: EngineSettings, on_fatal: Callable[[str], None] | None = None
         "window": window,
         **warmed,
     }
-    return Loaded(generator, pool, time.monotonic() - started, plan)
+    return LoadedGenerator(generator, pool, time.monotonic() - started, plan)

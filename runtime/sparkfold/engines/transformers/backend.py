@@ -29,11 +29,11 @@ from sparkfold.config import EngineSettings
 from sparkfold.engines.generator import EngineFailure
 from sparkfold.engines.models import ModelSource, resolve_model
 from sparkfold.engines.threaded import EngineBroken, Job, ThreadedEngine
-from sparkfold.engines.transformers.lanes import Lane
+from sparkfold.engines.transformers.lanes import SlotCache
 from sparkfold.engines.transformers.sampling import sample, token_logprob
 from sparkfold.engines.transformers.tensor_parallel import Link, Op, Rendezvous, meet, split_mlps
 
-__all__ = ["Loaded", "ModelRunner", "TransformersGenerator", "load"]
+__all__ = ["LoadedRank", "ModelRunner", "TransformersGenerator", "load"]
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ def _constrained(logits: torch.Tensor, constraint: Any, last: int | None) -> tor
 
 
 class ModelRunner:
-    """Forwards with one KV cache per slot (a :class:`Lane`, kept between requests for prefix
+    """Forwards with one KV cache per slot (a :class:`SlotCache`, kept between requests for prefix
     reuse); on two ranks, rank 0 announces each step to rank 1, which mirrors it on its own lanes."""
 
     def __init__(self, model: Any, link: Link | None = None, *, block: int = 0, keep_tokens: int = 0) -> None:
@@ -137,7 +137,7 @@ class ModelRunner:
         """Prompt tokens per chunk: reuse resumes at the end of a whole one (0: no reuse)."""
         self.keep_tokens = keep_tokens
         """Tokens a lane keeps for the next request (0: no reuse)."""
-        self._lanes: dict[int, Lane] = {}
+        self._lanes: dict[int, SlotCache] = {}
         # transformers 5.2x renamed ``past_key_values`` to ``cache`` (the old name warns)
         self._cache_arg = (
             "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
@@ -167,7 +167,9 @@ class ModelRunner:
     def _open(self, slot: int, keep: int) -> None:
         lane = self._lanes.get(slot)
         if lane is None:
-            lane = self._lanes[slot] = Lane(self._new_cache, block=self.block, keep_tokens=self.keep_tokens)
+            lane = self._lanes[slot] = SlotCache(
+                self._new_cache, block=self.block, keep_tokens=self.keep_tokens
+            )
         lane.keep(keep)
 
     def close(self, slot: int) -> None:
@@ -376,7 +378,7 @@ def _eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:
 
 
 @dataclass
-class Loaded:
+class LoadedRank:
     """What :func:`load` hands back: rank 0 serves ``generator``; rank 1 runs ``runner.follow()``."""
 
     source: ModelSource
@@ -390,7 +392,7 @@ def load(
     rank: int = 0,
     meeting: Rendezvous | None = None,
     on_fatal: Callable[[str], None] | None = None,
-) -> Loaded:
+) -> LoadedRank:
     """Load the model; with ``tp = 2`` meet the peer first (settings check), then split and link.
 
     Raises :class:`~sparkfold.engines.transformers.tensor_parallel.EngineMismatch` when the ranks disagree,
@@ -431,4 +433,4 @@ def load(
             glm=_glm_chat(settings, source, model.config, tokenizer),
             prefill_chunk_tokens=settings.transformers.prefill_chunk_tokens,
         )
-    return Loaded(source, runner, generator, time.monotonic() - started)
+    return LoadedRank(source, runner, generator, time.monotonic() - started)

@@ -1,7 +1,7 @@
 """Prefix reuse: each lane keeps its KV cache after a request, and the next request that starts
 with the same tokens reads only the rest of its prompt.
 
-A :class:`Lane` holds one KV cache (a transformers ``DynamicCache``) and the token ids it has
+A :class:`SlotCache` holds one KV cache (a transformers ``DynamicCache``) and the token ids it has
 seen. Reuse resumes at a *mark*: the end of a prompt chunk of exactly ``block`` tokens (the
 engine's ``prefill_chunk_tokens``) that followed the previous mark, counted from the start. A cold
 prompt is read in those same chunks, so a reused prompt runs the very forwards a cold one runs
@@ -29,7 +29,7 @@ import copy
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["Lane", "common_prefix"]
+__all__ = ["SlotCache", "common_prefix"]
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -52,7 +52,7 @@ def _croppable(layer: Any) -> bool:
     )
 
 
-class Lane:
+class SlotCache:
     """One lane's KV cache, the token ids in it, and the marks where a later request may resume."""
 
     def __init__(self, new_cache: Callable[[], Any], *, block: int, keep_tokens: int) -> None:
