@@ -16,8 +16,10 @@ import pytest
 from testbed_kit import (
     API,
     HEAD,
+    MODEL,
     NODES,
     SERVED_NAME,
+    SERVING_SPARK,
     SPARKFOLD,
     WORKER,
     Run,
@@ -25,16 +27,17 @@ from testbed_kit import (
     invocations,
     overlay_meminfo,
     restarts_issued,
+    serving_spark_memory,
     ssh,
     starts_since,
     stream_chat,
     unit,
     wait_for,
 )
+from upgrade_drill import Upgrade
 
 # One testbed per session: the first test also waits for the first converge (minutes on a busy host).
 pytestmark = [pytest.mark.testbed, pytest.mark.slow, pytest.mark.netns, pytest.mark.timeout(1800)]
-MODEL = "/var/lib/sparkfold/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def test_first_converge_succeeds(first_converge: Run) -> None:
@@ -42,9 +45,15 @@ def test_first_converge_succeeds(first_converge: Run) -> None:
     assert set(first_converge.stats.get("ok", {})) == NODES
 
 
-def test_second_converge_changes_nothing(converge: Callable[..., Run]) -> None:
+def test_a_second_converge_of_the_serving_pair_changes_nothing(
+    serving: None, converge: Callable[..., Run]
+) -> None:
+    """With what a serving Spark shows (testbed_kit.SERVING_SPARK: less memory available than a
+    start needs): the ranks' own memory is not "missing", so the re-run goes through."""
     before = invocations()
-    converge().must_change_nothing()
+    with serving_spark_memory(HEAD, WORKER):
+        assert ssh(WORKER, "grep MemAvailable /proc/meminfo").split()[1] == str(SERVING_SPARK["MemAvailable"])
+        converge().must_change_nothing()
     assert invocations() == before, "a converge that changed nothing restarted a unit"
 
 
@@ -94,12 +103,17 @@ def test_gateway_change_restarts_only_the_api(serving: None, converge: Callable[
     converge(tags="runtime,service", extravars={"sparkfold_api_max_queued": 17}).must_succeed()
     assert unit(HEAD, "sparkfold-api")["MainPID"] != api_before
     assert {node: unit(node, "sparkfold-engine")["MainPID"] for node in (HEAD, WORKER)} == engines
-    # No converge back to the inventory's settings: the next test's full converge is one.
+    # No converge back to the inventory's settings: the drills below serve with it as well.
 
 
 def test_one_converge_restarts_each_rank_once_worker_first(
-    serving: None, converge: Callable[..., Run]
+    upgrade: Upgrade, serving: None, converge: Callable[..., Run]
 ) -> None:
+    if not upgrade.skipped:
+        pytest.skip(
+            "the upgrade's converge was this drill (the release's wheel and the worker's weights changed in"
+            " one run): test_upgrade.py::test_the_upgrade_restarts_each_unit_once_worker_first"
+        )
     # Two stages change the ranks in one run: the worker's weights (weights) and a setting (runtime).
     ssh(WORKER, f"truncate -s 1M {MODEL}")
     started = time.time()
@@ -110,8 +124,7 @@ def test_one_converge_restarts_each_rank_once_worker_first(
     head, worker = unit(HEAD, "sparkfold-engine"), unit(WORKER, "sparkfold-engine")
     # One kernel, one monotonic clock: the two machines' start times compare directly.
     assert int(worker["ExecMainStartTimestampMonotonic"]) < int(head["ExecMainStartTimestampMonotonic"])
-    # The setting stays for the drills below; test_serving_figures.py's full converge puts the
-    # inventory's back (a converge each, ~90 s of the testbed phase, went to reverting these two).
+    # The setting stays for the drills below (a converge back, ~90 s, would prove nothing more).
 
 
 def test_drill_kill_the_worker_engine(serving: None, api_key: str) -> None:
@@ -205,6 +218,24 @@ def test_a_configuration_past_the_budget_stops_at_preflight(serving: None) -> No
     assert text.endswith("rc=1"), text
     assert "FAIL memory_budget: the engine does not fit this node: weights " in text
     assert "less the 100000 reserve" in text and "win back" in text
+
+
+def test_a_stopped_rank_is_refused_with_a_serving_sparks_memory(
+    serving: None, converge: Callable[..., Run], api_key: str
+) -> None:
+    """A node whose rank is stopped, showing what a serving Spark shows, is refused by preflight in
+    words, before anything changes (its memory is not the rank's to take back)."""
+    try:
+        with serving_spark_memory(WORKER):
+            ssh(WORKER, "systemctl stop sparkfold-engine")
+            run = converge(tags="preflight")
+    finally:
+        # After the overlay is off: ExecStartPre checks the same threshold and would refuse the start.
+        ssh(WORKER, "systemctl start --no-block sparkfold-engine")
+    assert run.rc != 0
+    words = " ".join(run.output.split())
+    assert "sftb-worker" in words and "only 0.7 GiB memory available (need 1)" in words, words[-3000:]
+    wait_for("the pair to serve again", lambda: chat_answers(api_key), timeout_s=600, every_s=5)
 
 
 def _health() -> dict:

@@ -12,7 +12,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,13 @@ API = f"http://{HEAD}:8888"
 SERVED_NAME = "SmolLM2-135M-Instruct"  # inventory/testbed: the same name for either engine kind
 NODES = {"sftb-head", "sftb-worker"}  # inventory/testbed: the pair's host names
 SPARKFOLD = "/opt/sparkfold/venv/bin/sparkfold"  # the nodes' command (roles/sparkfold_runtime)
+MODEL = "/var/lib/sparkfold/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"  # the weights stage's copy
+GIB_KB = 1024 * 1024
+# What a serving Spark shows, scaled to the testbed: a GLM rank holds ~80 GiB and leaves ~8 GiB
+# MemAvailable, below the ~110 GiB a start needs. Here 0.7 GiB: below the CPU engine's 1 GiB
+# (preflight's default for the kind), above the memory guard's 0.5 GiB (half of the testbed's 1 GiB
+# reserve), which sees the same /proc/meminfo. MemTotal stays the node's own (the memory budget reads it).
+SERVING_SPARK = {"MemFree": int(0.3 * GIB_KB), "MemAvailable": int(0.7 * GIB_KB)}
 
 
 @dataclass
@@ -176,6 +184,20 @@ def overlay_meminfo(real: str, figures: dict[str, int]) -> str:
         field = line.split(":", 1)[0]
         lines.append(f"{field}: {figures[field]:>10} kB" if field in figures else line)
     return "\n".join(lines) + "\n"
+
+
+@contextmanager
+def serving_spark_memory(*nodes: str) -> Iterator[None]:
+    """The nodes' ``/proc/meminfo`` shows :data:`SERVING_SPARK` (a bind mount inside each) meanwhile."""
+    try:
+        for node in nodes:
+            fake = overlay_meminfo(ssh(node, "cat /proc/meminfo"), SERVING_SPARK)
+            bind = "mount --bind /run/serving-meminfo /proc/meminfo"
+            ssh(node, f"cat > /run/serving-meminfo && {bind}", stdin=fake)
+        yield
+    finally:
+        for node in nodes:
+            ssh(node, "umount /proc/meminfo; rm -f /run/serving-meminfo", check=False)
 
 
 def chat_reply(api_key: str) -> str | None:
