@@ -1,17 +1,18 @@
-"""Property: any Messages request the schema accepts translates to a chat request or a 400 value,
-and any chat reply translates back; nothing raises."""
+"""Property: a generated Messages request is refused by the schema with a 400 naming a field, or
+translates to a chat request or a 400 value; any chat reply translates back; nothing raises."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from sparkfold.api.anthropic.protocol import MessagesRequest
 from sparkfold.api.anthropic.translate import from_chat, to_chat
-from sparkfold.api.errors import InvalidRequest
+from sparkfold.api.errors import InvalidRequest, invalid_fields
 from sparkfold.api.sealed import ReasoningSeal
 from sparkfold.protocol import ChatCompletionRequest
 
@@ -85,8 +86,24 @@ request = st.fixed_dictionaries(
 @pytest.mark.slow
 @settings(max_examples=1000, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 @given(body=request)
+# a system part whose type is no string: the schema refuses it (sparkfold.protocol.Content)
+@example(
+    body={
+        "model": "0",
+        "max_tokens": 1,
+        "messages": [{"role": "user", "content": ""}],
+        "system": [{"type": None}],
+    }
+)
 def test_translation_never_raises(body: dict[str, Any]) -> None:
-    translated = to_chat(MessagesRequest.model_validate(body), ReasoningSeal())
+    try:
+        parsed = MessagesRequest.model_validate(body)
+    except ValidationError as exc:
+        # the gateway answers a body its model refuses with this 400 (app.py, on_validation)
+        refused = invalid_fields(exc.errors())
+        assert refused.status == 400 and refused.param and refused.param.split(".")[0] in body
+        return
+    translated = to_chat(parsed, ReasoningSeal())
     assert isinstance(translated, ChatCompletionRequest | InvalidRequest)
     if isinstance(translated, InvalidRequest):
         assert translated.status == 400 and translated.message
