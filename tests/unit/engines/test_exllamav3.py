@@ -160,6 +160,8 @@ class FakeGenerator:
     batches: list[int] = field(default_factory=list)
     """How many jobs each ``iterate`` call found."""
     cached: int = 0
+    closed: int = 0
+    """How many times ``close`` was called (exllamav3's releases the generator's host memory)."""
 
     def enqueue(self, job: FakeJob) -> None:
         if len(job.prompt) > 1000:
@@ -173,6 +175,9 @@ class FakeGenerator:
 
     def num_remaining_jobs(self) -> int:
         return len(self.jobs)
+
+    def close(self) -> None:
+        self.closed += 1
 
     def get_cache_stats(self) -> dict[str, int]:
         return {"max_tokens": 4096, "free_tokens": 4096 - 256 * len(self.jobs), "cached_tokens": 512}
@@ -279,6 +284,12 @@ def test_a_request_runs_as_an_exllamav3_job_and_reports_cache_and_drafts() -> No
     assert tokens == [21, 22, 23, 24, 25]
     assert params.report.cached_tokens == 256 and params.report.drafted == 4 and params.report.accepted == 3
     assert params.report.phases_s == {"queued": 0.5, "prefill": 0.25, "generate": 1.0}
+
+
+def test_closing_the_engine_closes_each_lanes_exllamav3_generator_once() -> None:
+    generator, fakes = make(plain=True)
+    generator.close()
+    assert {name: fake.closed for name, fake in fakes.items()} == {"main": 1, "plain": 1}
 
 
 def test_the_stop_token_exllamav3_holds_back_is_handed_to_the_server() -> None:

@@ -114,12 +114,10 @@ class Exllamav3Generator(ThreadedEngine[_LaneJob]):
         """Stop the engine thread (ending what still runs) and release exllamav3's workers."""
         super().close()
         for lane in self._lanes.values():
-            closer = getattr(lane.generator, "close", None)
-            if callable(closer):
-                try:
-                    closer()
-                except Exception:  # shutting down: log, never raise
-                    log.exception("closing the %s lane failed", lane.name)
+            try:
+                lane.generator.close()  # exllamav3's Generator.close (generator/generator.py)
+            except Exception:  # shutting down: log, never raise
+                log.exception("closing the %s lane failed", lane.name)
 
     # --- status ---------------------------------------------------------------------------------
 
