@@ -154,7 +154,7 @@ def _typed_parts(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """A content part's ``type`` is a string where it is given (every reader dispatches on it)."""
     for j, part in enumerate(parts):
         if "type" in part and not isinstance(part["type"], str):
-            raise ValueError(f"part {j}: type must be a string such as 'text' or 'image_url'")
+            raise ValueError(f"part {j}: type must be a string such as 'text'")
     return parts
 
 

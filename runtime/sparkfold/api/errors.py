@@ -23,6 +23,7 @@ response with :func:`error_body` in the dialect of the route: OpenAI
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -159,15 +160,37 @@ def untranslatable(exc: ValidationError) -> InvalidRequest:
     return InvalidRequest(f"cannot translate the request: {where}: {first.get('msg')}", param=where or None)
 
 
+# pydantic names the member of a union each of its errors came from inside ``loc`` ("str",
+# "function-after[_typed_parts(), list[dict[str,any]]]", "list[…]"); a client knows only its request's
+# fields and indexes, so those names are left out of what the 400 says.
+_UNION_MEMBER = re.compile(r"^(str|int|float|bool|none|list|dict)$|[\[(]")
+
+
+def _location(error: Mapping[str, Any]) -> str:
+    return ".".join(
+        str(p)
+        for p in error.get("loc", ())
+        if p != "body" and not (isinstance(p, str) and _UNION_MEMBER.search(p))
+    )
+
+
 def invalid_fields(errors: Sequence[Mapping[str, Any]]) -> InvalidRequest:
     """Validation errors (pydantic's ``errors()``, FastAPI's ``loc`` starting with ``body``) as one
-    400 that names the first field and lists up to three problems."""
-    parts, first = [], None
-    for error in errors[:3]:
-        location = ".".join(str(p) for p in error.get("loc", ()) if p != "body")
-        first = first or location or None
-        parts.append(f"{location or 'body'}: {error.get('msg', 'invalid')}")
-    more = len(errors) - 3
+    400 that names the first field and lists up to three problems. Where a union's members failed
+    at one field, each in its own way, the problems sparkfold's validators raised (``value_error``:
+    what is wrong with the value) are said, not the type errors of the members it was not meant for."""
+    said = {_location(e) for e in errors if e.get("type") == "value_error"}
+    problems: list[tuple[str, str]] = []
+    for error in errors:
+        location = _location(error)
+        if location in said and error.get("type") != "value_error":
+            continue
+        message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+        if (location, message) not in problems:
+            problems.append((location, message))
+    parts = [f"{location or 'body'}: {message}" for location, message in problems[:3]]
+    first = next((location for location, _ in problems if location), None)
+    more = len(problems) - 3
     suffix = f" (and {more} more)" if more > 0 else ""
     return InvalidRequest("invalid request: " + "; ".join(parts) + suffix, param=first)
 

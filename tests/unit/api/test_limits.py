@@ -84,6 +84,33 @@ def test_a_content_part_whose_type_is_no_string_is_a_400(gateway: Running, route
     assert "part 0: type must be a string" in response.json()["error"]["message"]
 
 
+@pytest.mark.parametrize(
+    ("route", "body", "field"),
+    [
+        (
+            "/v1/messages",
+            {"max_tokens": 8, "system": [{"type": None}], "messages": [{"role": "user", "content": "hi"}]},
+            "system",
+        ),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": [{"type": 1}]}]},
+            "messages.0.content",
+        ),
+    ],
+)
+def test_a_400_names_the_fields_of_the_request_not_the_validators_union_members(
+    gateway: Running, route: str, body: dict, field: str
+) -> None:
+    """A content that is neither a string nor valid parts failed both members of the union: the 400
+    said pydantic's names for them ("system.str: …; system.function-after[_typed_parts(), …]: …")."""
+    response = gateway.http.post(route, json={"model": "fake", **body})
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["message"] == f"invalid request: {field}: part 0: type must be a string such as 'text'"
+    assert error.get("param", field) == field
+
+
 def test_body_past_the_limit_is_413(start_gateway: Callable[..., Running]) -> None:
     gateway = start_gateway(max_body_mib=0.01)
     response = gateway.http.post(
