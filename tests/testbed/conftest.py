@@ -4,8 +4,8 @@ Needs root, ``systemd-nspawn`` and ``debootstrap``; skipped elsewhere. The pair 
 end unless ``SPARKFOLD_TESTBED_KEEP=1``. Before its first converge, while the pair is as fresh as a
 new one, ``site.yml --check --diff`` runs on it once (``fresh_check``; ``test_fresh_check.py``).
 Unless ``SPARKFOLD_UPGRADE_DRILL=0``, the previous release then converges it from its own tree
-(``previous``), and today's first converge is an upgrade of a serving pair whose worker's weights
-copy was damaged meanwhile (``upgrade``; ``test_upgrade.py``).
+(``previous``), and today's first converge is an upgrade of a serving pair (``upgrade``;
+``test_upgrade.py``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import pytest
 from listing import Checked, Listing, control_listing, node_listing
 from testbed_kit import (
     HEAD,
-    MODEL,
     REPO,
     WORKER,
     Run,
@@ -99,9 +98,6 @@ def upgrade(previous: Previous | str, artifacts: Path) -> Upgrade:
         return Upgrade(play(artifacts / "converge-1", "site.yml"), skipped=previous)
     api_key = read_api_key()
     wait_for("the previous release to serve", lambda: chat_answers(api_key), timeout_s=600, every_s=5)
-    # A second stage changes the ranks in the same run (the weights stage repairs the worker's copy):
-    # still one restart per unit, worker first (test_upgrade.py).
-    ssh(WORKER, f"truncate -s 1M {MODEL}")
     streams = Streams(api_key)
     streamer = threading.Thread(target=streams.run, daemon=True)
     streamer.start()

@@ -34,7 +34,6 @@ from testbed_kit import (
     unit,
     wait_for,
 )
-from upgrade_drill import Upgrade
 
 # One testbed per session: the first test also waits for the first converge (minutes on a busy host).
 pytestmark = [pytest.mark.testbed, pytest.mark.slow, pytest.mark.netns, pytest.mark.timeout(1800)]
@@ -107,13 +106,8 @@ def test_gateway_change_restarts_only_the_api(serving: None, converge: Callable[
 
 
 def test_one_converge_restarts_each_rank_once_worker_first(
-    upgrade: Upgrade, serving: None, converge: Callable[..., Run]
+    serving: None, converge: Callable[..., Run]
 ) -> None:
-    if not upgrade.skipped:
-        pytest.skip(
-            "the upgrade's converge was this drill (the release's wheel and the worker's weights changed in"
-            " one run): test_upgrade.py::test_the_upgrade_restarts_each_unit_once_worker_first"
-        )
     # Two stages change the ranks in one run: the worker's weights (weights) and a setting (runtime).
     ssh(WORKER, f"truncate -s 1M {MODEL}")
     started = time.time()
