@@ -8,9 +8,10 @@ them silently. Response models are what an engine server sends and the gateway r
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
@@ -67,6 +68,7 @@ __all__ = [
     "ToolChoice",
     "Tools",
     "Usage",
+    "error_location",
     "field_error",
     "ignored_fields",
     "ignored_summary",
@@ -229,10 +231,26 @@ def ignored_summary(names: list[str]) -> dict[str, Any]:
     return {"count": len(names), "fields": [name[:64] for name in names[:IGNORED_SHOWN]]}
 
 
+# pydantic names the member of a union each of its errors came from inside ``loc`` ("str",
+# "function-after[_typed_parts(), list[dict[str,any]]]", "list[…]"); a client knows only its request's
+# fields and indexes, so those names are left out wherever a location is said.
+_UNION_MEMBER = re.compile(r"^(str|int|float|bool|none|list|dict)$|[\[(]")
+
+
+def error_location(error: Mapping[str, Any]) -> str:
+    """A pydantic error's field as the request names it (``messages.0.content``): its ``loc``
+    dotted, without FastAPI's leading ``body`` and pydantic's names for union members."""
+    return ".".join(
+        str(p)
+        for p in error.get("loc", ())
+        if p != "body" and not (isinstance(p, str) and _UNION_MEMBER.search(p))
+    )
+
+
 def field_error(exc: ValidationError) -> str:
     """A validation failure in one line: the first field's dotted path and what is wrong with it."""
     first = exc.errors()[0]
-    where = ".".join(str(part) for part in first["loc"])
+    where = error_location(first)
     return f"{where}: {first['msg']}" if where else str(first["msg"])
 
 

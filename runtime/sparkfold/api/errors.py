@@ -23,12 +23,13 @@ response with :func:`error_body` in the dialect of the route: OpenAI
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import ValidationError
 from starlette.responses import JSONResponse
+
+from sparkfold.protocol import error_location
 
 __all__ = [
     "RETRY_AFTER_S",
@@ -156,22 +157,8 @@ def untranslatable(exc: ValidationError) -> InvalidRequest:
     """A request of another dialect that does not translate into a valid chat request: one 400 that
     names the first field the chat request refused."""
     first = exc.errors()[0]
-    where = ".".join(str(p) for p in first.get("loc", ()))
+    where = error_location(first)
     return InvalidRequest(f"cannot translate the request: {where}: {first.get('msg')}", param=where or None)
-
-
-# pydantic names the member of a union each of its errors came from inside ``loc`` ("str",
-# "function-after[_typed_parts(), list[dict[str,any]]]", "list[…]"); a client knows only its request's
-# fields and indexes, so those names are left out of what the 400 says.
-_UNION_MEMBER = re.compile(r"^(str|int|float|bool|none|list|dict)$|[\[(]")
-
-
-def _location(error: Mapping[str, Any]) -> str:
-    return ".".join(
-        str(p)
-        for p in error.get("loc", ())
-        if p != "body" and not (isinstance(p, str) and _UNION_MEMBER.search(p))
-    )
 
 
 def invalid_fields(errors: Sequence[Mapping[str, Any]]) -> InvalidRequest:
@@ -179,10 +166,10 @@ def invalid_fields(errors: Sequence[Mapping[str, Any]]) -> InvalidRequest:
     400 that names the first field and lists up to three problems. Where a union's members failed
     at one field, each in its own way, the problems sparkfold's validators raised (``value_error``:
     what is wrong with the value) are said, not the type errors of the members it was not meant for."""
-    said = {_location(e) for e in errors if e.get("type") == "value_error"}
+    said = {error_location(e) for e in errors if e.get("type") == "value_error"}
     problems: list[tuple[str, str]] = []
     for error in errors:
-        location = _location(error)
+        location = error_location(error)
         if location in said and error.get("type") != "value_error":
             continue
         message = str(error.get("msg", "invalid")).removeprefix("Value error, ")

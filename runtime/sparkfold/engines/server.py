@@ -47,6 +47,7 @@ from sparkfold.protocol import (
     ModelList,
     TokenizeRequest,
     TokenizeResponse,
+    error_location,
 )
 
 __all__ = ["create_app"]
@@ -90,7 +91,7 @@ async def _parse(request: Request, model: type[M]) -> M | ErrorReply:
         return model.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
-        param = ".".join(str(part) for part in first["loc"]) or None
+        param = error_location(first) or None
         return ErrorReply(400, f"{param}: {first['msg']}" if param else str(first["msg"]), param)
 
 
