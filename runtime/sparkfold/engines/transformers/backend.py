@@ -29,6 +29,7 @@ from sparkfold.config import EngineSettings
 from sparkfold.engines.generator import EngineFailure
 from sparkfold.engines.models import ModelSource, resolve_model
 from sparkfold.engines.threaded import EngineBroken, Job, ThreadedEngine
+from sparkfold.engines.transformers.gguf_cache import converted_folder, keep
 from sparkfold.engines.transformers.lanes import SlotCache
 from sparkfold.engines.transformers.sampling import sample, token_logprob
 from sparkfold.engines.transformers.tensor_parallel import Link, Op, Rendezvous, meet, split_mlps
@@ -59,14 +60,24 @@ def _load_tokenizer(source: ModelSource) -> Any:
     return AutoTokenizer.from_pretrained(source.path, **_extra(source))
 
 
+def _readable(settings: EngineSettings, source: ModelSource) -> tuple[ModelSource, Path | None]:
+    """What to read: ``source``, or the converted copy of its GGUF file where one is kept
+    (gguf_cache.py); and the folder a GGUF file's conversion is to be kept in, if any."""
+    folder = converted_folder(source, settings.transformers.dtype)
+    if folder is not None and folder.is_dir():
+        return ModelSource(folder), None
+    return source, folder
+
+
 def _load_weights(settings: EngineSettings, source: ModelSource) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
-    tokenizer = _load_tokenizer(source)
-    auto = AutoModelForImageTextToText if _is_glm_checkpoint(source) else AutoModelForCausalLM
-    model = auto.from_pretrained(
-        source.path, dtype=getattr(torch, settings.transformers.dtype), **_extra(source)
-    )
+    read, keep_in = _readable(settings, source)
+    tokenizer = _load_tokenizer(read)
+    auto = AutoModelForImageTextToText if _is_glm_checkpoint(read) else AutoModelForCausalLM
+    model = auto.from_pretrained(read.path, dtype=getattr(torch, settings.transformers.dtype), **_extra(read))
+    if keep_in is not None:
+        keep(keep_in, model, tokenizer)
     model.eval()
     return model, tokenizer
 
@@ -76,7 +87,7 @@ def server_side(settings: EngineSettings) -> tuple[Any, Any]:
     from transformers import AutoConfig
 
     source = resolve_model(settings.model, settings.transformers.gguf_file)
-    tokenizer = _load_tokenizer(source)
+    tokenizer = _load_tokenizer(_readable(settings, source)[0])
     if not _is_glm_checkpoint(source):
         return tokenizer, None
     return tokenizer, _glm_chat(settings, source, AutoConfig.from_pretrained(source.path), tokenizer)
