@@ -1,8 +1,9 @@
 # sparkfold: the two commands a new user needs, plus the pieces they are made of.
 #   make demo   build everything needed and serve the demo model (see README)
 #   make test       lint and the lean suite: every test not marked slow/netns/testbed/fleet/gpu (minutes)
-#   make test-ci    what CI runs (.ci/run): lint, the unit, ansible and integration tests not marked
-#                   slow, then the pair testbed, each phase timed (docs/testing.md has the budget)
+#   make test-ci    what CI runs (.ci/run): the pair testbed in the background while lint, the unit,
+#                   ansible, integration and agents tests not marked slow run, each phase timed
+#                   (docs/testing.md has the budget)
 #   make test-all   lint and every test but the fleet testbed and the GPU ones, slow ones included
 #   make test-fleet the fleet testbed (tests marked fleet); in neither CI's run nor test-all
 #   make test-agents the agent CLIs (tests/agents, pinned by npm) against the gateway; part of test-ci
@@ -12,7 +13,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 
-.PHONY: venv lock lock-check test test-ci test-all test-fleet test-agents agent-clis lint unit testbed-tools demo demo-down demo-fleet demo-fleet-down clean gpu-run
+.PHONY: venv lock lock-check test test-ci test-all lanes test-fleet test-agents agent-clis lint unit testbed-tools demo demo-down demo-fleet demo-fleet-down clean gpu-run
 
 venv: $(STAMP)
 
@@ -54,22 +55,37 @@ LEAN := not slow and not netns and not testbed and not fleet and not gpu and not
 test: lint
 	$(PHASE) lean $(PYTEST) tests -m "$(LEAN)"
 
-# The phases of test-ci and test-all; $(1): the marker expression for unit, ansible and integration.
-define test_phases
-	$(PHASE) lint $(MAKE) --no-print-directory lint
-	$(PHASE) unit $(PYTEST) tests/unit -m "$(1)"
-	$(PHASE) ansible $(PYTEST) tests/ansible -m "$(1)"
-	$(PHASE) integration $(PYTEST) tests/integration -m "$(1)"
-	$(PHASE) agent-clis $(MAKE) --no-print-directory agent-clis
-	$(PHASE) agents $(PYTEST) tests/agents -m "$(1)"
-	$(PHASE) testbed $(PYTEST) tests/testbed -m "not fleet"
+# test-ci and test-all run two lanes at once (docs/testing.md: the CI budget). The pair testbed
+# starts first, in the background: most of its time is spent waiting on its machines (boots, SSH
+# round trips, systemd, model loads), not on this host's cores. Its output goes to $(TESTBED_LOG)
+# and is printed whole when it ends. Meanwhile the other phases run one after another (`lanes`,
+# stopping at the first that fails). Both lanes end before make does; it fails if either failed.
+# $(1): the marker expression for unit, ansible, integration and agents.
+TESTBED_LOG := .cache/testbed-phase.log
+define test_lanes
+	@mkdir -p $(dir $(TESTBED_LOG))
+	@echo "testbed: in the background, its output in $(TESTBED_LOG) (printed when it ends)"
+	@$(PHASE) testbed $(PYTEST) tests/testbed -m "not fleet" >$(TESTBED_LOG) 2>&1 & testbed=$$!; \
+	$(MAKE) --no-print-directory lanes MARKERS="$(1)"; rc=$$?; \
+	wait $$testbed; testbed_rc=$$?; \
+	cat $(TESTBED_LOG); \
+	exit $$(( rc ? rc : testbed_rc ))
 endef
 
 test-ci: venv
-	$(call test_phases,not slow and not fleet)
+	$(call test_lanes,not slow and not fleet)
 
 test-all: venv
-	$(call test_phases,not fleet)
+	$(call test_lanes,not fleet)
+
+# The foreground lane of test-ci and test-all; MARKERS: their marker expression.
+lanes: venv
+	$(PHASE) lint $(MAKE) --no-print-directory lint
+	$(PHASE) unit $(PYTEST) tests/unit -m "$(MARKERS)"
+	$(PHASE) ansible $(PYTEST) tests/ansible -m "$(MARKERS)"
+	$(PHASE) integration $(PYTEST) tests/integration -m "$(MARKERS)"
+	$(PHASE) agent-clis $(MAKE) --no-print-directory agent-clis
+	$(PHASE) agents $(PYTEST) tests/agents -m "$(MARKERS)"
 
 test-fleet: venv
 	$(PHASE) fleet $(PYTEST) tests -m fleet
