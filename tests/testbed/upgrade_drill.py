@@ -37,6 +37,12 @@ class Stream:
     lines: list[str]
 
     @property
+    def accepted(self) -> bool:
+        """The gateway answered 200: the engine had taken the request, since the gateway sends its
+        status only after the engine's (api/upstream.py, ``Engine.open_stream``)."""
+        return self.status == 200
+
+    @property
     def opened(self) -> bool:
         """It answered 200 and its first event was a chunk, not an error."""
         first = next((line for line in self.lines if line), "")
