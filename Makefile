@@ -55,10 +55,10 @@ LEAN := not slow and not netns and not testbed and not fleet and not gpu and not
 test: lint
 	$(PHASE) lean $(PYTEST) tests -m "$(LEAN)"
 
-# test-ci and test-all run two lanes at once (docs/testing.md: the CI budget). The pair testbed
-# starts first, in the background: most of its time is spent waiting on its machines (boots, SSH
-# round trips, systemd, model loads), not on this host's cores. Its output goes to $(TESTBED_LOG)
-# and is printed whole when it ends. Meanwhile the other phases run one after another (`lanes`,
+# test-ci and test-all run two lanes at once (docs/testing.md: the CI budget). The pair testbed,
+# the longest phase, starts first, in the background, so the other phases fill the cores it leaves
+# idle while it waits on its machines (boots, SSH round trips, restarts). Its output goes to
+# $(TESTBED_LOG) and is printed whole when it ends. Meanwhile the other phases run one after another (`lanes`,
 # stopping at the first that fails). Both lanes end before make does; it fails if either failed.
 # $(1): the marker expression for unit, ansible, integration and agents.
 TESTBED_LOG := .cache/testbed-phase.log
