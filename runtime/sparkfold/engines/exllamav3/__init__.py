@@ -8,6 +8,7 @@ exactly as for the CPU engine, so the gateway cannot tell the two apart. One mod
 ``jobs``          one request as an exllamav3 ``Job`` (sampler, stops, grammar filter)
 ``logprobs``      exllamav3's per-token probabilities as log-probabilities
 ``vision``        pictures and video clips: their placeholder runs and embeddings
+``pages``         free KV pages first: a job's start without ordering the whole pool
 ``generator``     the engine thread over exllamav3's generator(s)
 ``warmup``        the warm-up: exllamav3's, the serving plan through each lane, the vision tower
 ``loading``       :func:`load`: model, drafts, vision tower, pools, warm-up, generator

@@ -22,6 +22,7 @@ from typing import Any
 from sparkfold.config import EngineSettings, Exllamav3Settings
 from sparkfold.engines.exllamav3.availability import Exllamav3Unavailable, import_exllamav3
 from sparkfold.engines.exllamav3.generator import Exllamav3Generator, Lane
+from sparkfold.engines.exllamav3.pages import take_free_pages_first
 from sparkfold.engines.exllamav3.sizing import (
     PAGE_TOKENS,
     cache_layer,
@@ -260,6 +261,9 @@ def load(settings: EngineSettings, on_fatal: Callable[[str], None] | None = None
         draft_size,
         text.get("max_position_embeddings"),
     )
+    for lane in lanes:  # a job's start takes free pages without ordering the whole pool
+        if not take_free_pages_first(lane.generator.pagetable):
+            log.warning("exllamav3's page table is not 1.6.5's: every job start orders the whole pool")
     if x.warmup:
         rounds = serving_plan(
             settings.parallel, x.chunk_tokens, window, text.get("index_topk"), x.shared_chunk_tokens
