@@ -23,7 +23,9 @@
 # window (prefill lengths doubling to the window, the 64k re-send); fairness starts the engine on the
 # bench-size fixture with empty compile caches and again (the restart figure), then runs `sparkfold
 # bench --suite fairness` (tests/bench/exllamav3_fairness.py; FAIRNESS_TIMEOUT, FAIRNESS_ARGS:
-# "--chunks 2048,2048/512 --repeats 2 --tokens 128k"). STEPS=none only installs and
+# "--chunks 2048,2048/512 --repeats 2 --tokens 128k"); pages times a job start's page allocation with
+# exllamav3's eviction order and with free pages first (tests/bench/exllamav3_pages_bench.py;
+# PAGES_ARGS, no GPU needed, exllamav3 only). STEPS=none only installs and
 # imports (on a fresh machine: builds) the extension. EXPECT_SOURCE (a commit, as `git describe
 # --always --dirty --abbrev=12` prints it) refuses a tree that is not that commit: a copy without git
 # names its source in a .source file (tests/gpu/README.md), a checkout asks git.
@@ -167,8 +169,12 @@ for step in $STEPS; do
       # 4 rounds of four levels took 229 s on an H100: a default that grows with --rounds
       timeout "${BENCH_LARGE_TIMEOUT:-$(( 300 * ${rounds:-4} / 4 ))}" python3 tests/bench/exllamav3_bench.py "$LARGE" \
         --json "$OUT/$step.json" ${BENCH_ARGS:-} 2>&1 | tee -a "$OUT/$step.log" | tail -20 || rc=1 ;;
+    pages)
+      log "a job start's page allocation, exllamav3's order against free pages first (tests/bench/exllamav3_pages_bench.py)"
+      timeout "${PAGES_TIMEOUT:-120}" python3 tests/bench/exllamav3_pages_bench.py --json "$OUT/pages-bench.json" \
+        ${PAGES_ARGS:-} 2>&1 | tee "$OUT/pages-bench.log" | tail -20 || rc=1 ;;
     none) ;;
-    *) log "unknown step $step (tests bench long bench-large bench-large2 bench-q bench-q2 profile profile-q ab cli-bench cli-bench-window fairness none)"; rc=1 ;;
+    *) log "unknown step $step (tests bench long bench-large bench-large2 bench-q bench-q2 profile profile-q ab cli-bench cli-bench-window fairness pages none)"; rc=1 ;;
   esac
 done
 log "done rc=$rc"
