@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
@@ -24,7 +23,7 @@ from sparkfold.api.responses.tools import responses_tools
 from sparkfold.api.sealed import ReasoningSeal
 from sparkfold.protocol import ChatCompletionRequest
 
-EXAMPLES = 200  # per test: some seconds each
+EXAMPLES = 200  # per test: about two seconds on a quiet machine, so CI runs them as they are
 
 leaf = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=6)
 value = st.recursive(
@@ -73,7 +72,6 @@ anthropic_fields = {
 }
 
 
-@pytest.mark.slow
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 @given(body=fields_of(MessagesRequest, anthropic_fields))
 def test_messages_with_wrong_types_never_crash_the_translator(body: dict[str, Any]) -> None:
@@ -94,7 +92,6 @@ responses_fields = {
 }
 
 
-@pytest.mark.slow
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 @given(body=fields_of(ResponsesRequest, responses_fields))
 def test_responses_with_wrong_types_never_crash_the_translator(body: dict[str, Any]) -> None:
