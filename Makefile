@@ -56,17 +56,19 @@ test: lint
 	$(PHASE) lean $(PYTEST) tests -m "$(LEAN)"
 
 # test-ci and test-all run two lanes at once (docs/testing.md: the CI budget). The pair testbed,
-# the longest phase, starts first, in the background, so the other phases fill the cores it leaves
-# idle while it waits on its machines (boots, SSH round trips, restarts). Its output goes to
-# $(TESTBED_LOG) and is printed whole when it ends. Meanwhile the other phases run one after another (`lanes`,
-# stopping at the first that fails). Both lanes end before make does; it fails if either failed.
+# the longest phase, starts first, in the background; its output goes to $(TESTBED_LOG) and is
+# printed whole when it ends. Meanwhile the other phases run one after another (`lanes`, stopping at
+# the first that fails) at a lower CPU priority (LANES_NICE): they have time to spare, the testbed
+# has none, so they take the cores it leaves idle rather than slowing it down. Both lanes end before
+# make does; it fails if either failed.
 # $(1): the marker expression for unit, ansible, integration and agents.
 TESTBED_LOG := .cache/testbed-phase.log
+LANES_NICE := 10
 define test_lanes
 	@mkdir -p $(dir $(TESTBED_LOG))
 	@echo "testbed: in the background, its output in $(TESTBED_LOG) (printed when it ends)"
 	@$(PHASE) testbed $(PYTEST) tests/testbed -m "not fleet" >$(TESTBED_LOG) 2>&1 & testbed=$$!; \
-	$(MAKE) --no-print-directory lanes MARKERS="$(1)"; rc=$$?; \
+	nice -n $(LANES_NICE) $(MAKE) --no-print-directory lanes MARKERS="$(1)"; rc=$$?; \
 	wait $$testbed; testbed_rc=$$?; \
 	cat $(TESTBED_LOG); \
 	exit $$(( rc ? rc : testbed_rc ))
