@@ -128,9 +128,11 @@ def build_wheelhouse(
     tasks_file: str = "wheelhouse.yml",
     build_requires: tuple[str, ...] = ("setuptools>=69",),
     extra: dict[str, str] | None = None,
+    git: bool = False,
 ) -> subprocess.CompletedProcess[str]:
     """Run ``tasks_file`` of the runtime role (tests/ansible/wheelhouse.yml) for the fake sparkfold
-    project; ``node_python`` per host (``{"h1": ..., "h2": ...}`` makes ``h2`` the worker)."""
+    project (a git work tree with ``git``); ``node_python`` per host (``{"h1": ..., "h2": ...}``
+    makes ``h2`` the worker)."""
     locks = tmp_path / "locks"
     source = write_project(
         tmp_path / "src",
@@ -139,6 +141,8 @@ def build_wheelhouse(
         {"cpu": ["faketorch>=1"], "exllamav3": ["fakesdist>=1"]},
         build_requires,
     )
+    if git and not (source / ".git").exists():
+        subprocess.run(["git", "init", "-q", str(source)], check=True)
     pythons = node_python if isinstance(node_python, dict) else {"h1": node_python}
     hosts = write_inventory(
         tmp_path,
@@ -165,6 +169,24 @@ def build_wheelhouse(
     env |= fake_tools(repo, tmp_path)  # the restart handlers' systemctl: no unit is installed here
     playbook = ["tests/ansible/wheelhouse.yml", "-e", f"tasks_file={tasks_file}"]
     return ansible(repo, "ansible-playbook", "-i", str(hosts), *playbook, env=env)
+
+
+def test_the_sparkfold_wheel_is_built_again_only_when_the_checkout_changed(
+    repo: Path, tmp_path: Path, index: Path
+) -> None:
+    node = str(fake_node(tmp_path, ARCH, HERE, "2.39", repo))
+    wheel = tmp_path / "control/wheelhouse/app/sparkfold-0.1-py3-none-any.whl"
+
+    def build() -> bool | None:
+        result = build_wheelhouse(repo, tmp_path, index, node, engine="transformers", git=True)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert wheel.is_file(), result.stdout
+        return _ran(result, "Build the sparkfold wheel")
+
+    assert build() is True
+    assert build() is False  # the same checkout: the wheelhouse's wheel is its wheel
+    (tmp_path / "src/sparkfold/extra.py").write_text("CHANGED = True\n")  # a new file git sees
+    assert build() is True
 
 
 def wheelhouses(tmp_path: Path) -> dict[str, set[str]]:
@@ -279,13 +301,16 @@ def test_a_wheelhouse_fetched_for_the_nodes_installs_there_offline(
     assert result.returncode == 0 and _ran_install(result) is True, result.stdout
 
 
-def _ran_install(result: subprocess.CompletedProcess[str]) -> bool | None:
-    """Whether the play ran the offline install task (None: the task is not in its output)."""
-    tasks = result.stdout.split("TASK [")
-    for task in tasks:
-        if task.startswith("sparkfold_runtime : Install the lock's packages offline"):
+def _ran(result: subprocess.CompletedProcess[str], task_name: str) -> bool | None:
+    """Whether the play ran the runtime role's task named ``task_name…`` (None: not in its output)."""
+    for task in result.stdout.split("TASK ["):
+        if task.startswith(f"sparkfold_runtime : {task_name}"):
             return "skipping:" not in task
     return None
+
+
+def _ran_install(result: subprocess.CompletedProcess[str]) -> bool | None:
+    return _ran(result, "Install the lock's packages offline")
 
 
 def test_a_dependency_without_a_wheel_for_the_nodes_stops_in_words(
