@@ -129,6 +129,7 @@ def build_wheelhouse(
     build_requires: tuple[str, ...] = ("setuptools>=69",),
     extra: dict[str, str] | None = None,
     git: bool = False,
+    check: bool = False,
 ) -> subprocess.CompletedProcess[str]:
     """Run ``tasks_file`` of the runtime role (tests/ansible/wheelhouse.yml) for the fake sparkfold
     project (a git work tree with ``git``); ``node_python`` per host (``{"h1": ..., "h2": ...}``
@@ -167,7 +168,12 @@ def build_wheelhouse(
     env: dict[str, str | None] = {key: None for key in os.environ if key.startswith("PIP_")}
     env |= {"PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     env |= fake_tools(repo, tmp_path)  # the restart handlers' systemctl: no unit is installed here
-    playbook = ["tests/ansible/wheelhouse.yml", "-e", f"tasks_file={tasks_file}"]
+    playbook = [
+        "tests/ansible/wheelhouse.yml",
+        "-e",
+        f"tasks_file={tasks_file}",
+        *(["--check"] if check else []),
+    ]
     return ansible(repo, "ansible-playbook", "-i", str(hosts), *playbook, env=env)
 
 
@@ -177,13 +183,14 @@ def test_the_sparkfold_wheel_is_built_again_only_when_the_checkout_changed(
     node = str(fake_node(tmp_path, ARCH, HERE, "2.39", repo))
     wheel = tmp_path / "control/wheelhouse/app/sparkfold-0.1-py3-none-any.whl"
 
-    def build() -> bool | None:
-        result = build_wheelhouse(repo, tmp_path, index, node, engine="transformers", git=True)
+    def build(check: bool = False) -> bool | None:
+        result = build_wheelhouse(repo, tmp_path, index, node, engine="transformers", git=True, check=check)
         assert result.returncode == 0, result.stdout + result.stderr
         assert wheel.is_file(), result.stdout
         return _ran(result, "Build the sparkfold wheel")
 
     assert build() is True
+    assert build(check=True) is True  # into its scratch folder, leaving the wheelhouse as it was
     assert build() is False  # the same checkout: the wheelhouse's wheel is its wheel
     (tmp_path / "src/sparkfold/extra.py").write_text("CHANGED = True\n")  # a new file git sees
     assert build() is True
