@@ -29,7 +29,7 @@ from typing import Any
 from pydantic import ValidationError
 from starlette.responses import JSONResponse
 
-from sparkfold.protocol import error_location
+from sparkfold.protocol import error_location, field_error
 
 __all__ = [
     "RETRY_AFTER_S",
@@ -156,9 +156,9 @@ class UpstreamTimeout(UpstreamError):
 def untranslatable(exc: ValidationError) -> InvalidRequest:
     """A request of another dialect that does not translate into a valid chat request: one 400 that
     names the first field the chat request refused."""
-    first = exc.errors()[0]
-    where = error_location(first)
-    return InvalidRequest(f"cannot translate the request: {where}: {first.get('msg')}", param=where or None)
+    return InvalidRequest(
+        f"cannot translate the request: {field_error(exc)}", param=error_location(exc.errors()[0]) or None
+    )
 
 
 def invalid_fields(errors: Sequence[Mapping[str, Any]]) -> InvalidRequest:

@@ -48,6 +48,7 @@ from sparkfold.protocol import (
     TokenizeRequest,
     TokenizeResponse,
     error_location,
+    field_error,
 )
 
 __all__ = ["create_app"]
@@ -90,9 +91,7 @@ async def _parse(request: Request, model: type[M]) -> M | ErrorReply:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        param = error_location(first) or None
-        return ErrorReply(400, f"{param}: {first['msg']}" if param else str(first["msg"]), param)
+        return ErrorReply(400, field_error(exc), error_location(exc.errors()[0]) or None)
 
 
 async def _admit(
