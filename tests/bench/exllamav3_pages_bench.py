@@ -15,38 +15,30 @@ Needs exllamav3 (its page table is Python; no GPU):
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import statistics
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "runtime"))
 from sparkfold.engines.exllamav3.pages import take_free_pages_first
+from sparkfold.testing.page_tables import bare_page_table, page_hash
 
 CHAIN = 16
 
 
-def _hash(prev: bytes | None, content: object) -> bytes:
-    return hashlib.blake2b(repr((prev, content)).encode(), digest_size=16).digest()
-
-
 def _table(pool_tokens: int, cached_pages: int, free_first: bool) -> Any:
-    from exllamav3.generator.pagetable import PAGE_SIZE, PageTable
+    from exllamav3.generator.pagetable import PAGE_SIZE
 
-    table = PageTable(
-        SimpleNamespace(recurrent_cache=None, enable_defrag=False),
-        SimpleNamespace(max_num_tokens=pool_tokens),
-    )
+    table = bare_page_table(pool_tokens)
     if free_first:
         take_free_pages_first(table)
     for chain in range(cached_pages // CHAIN):  # finished replies: complete pages, released
-        hashes = [_hash(None, (chain, 0))]
+        hashes = [page_hash(None, (chain, 0))]
         for i in range(1, CHAIN):
-            hashes.append(_hash(hashes[-1], (chain, i)))
+            hashes.append(page_hash(hashes[-1], (chain, i)))
         pages, *_ = table.allocate_pages(hashes, 0, None, set(hashes))
         for i, page in enumerate(pages):
             page.kv_position, page.prev_hash = PAGE_SIZE, pages[i - 1].phash if i else None
@@ -58,7 +50,7 @@ def _start(table: Any, job: int) -> tuple[float, tuple[int, ...]]:
     """One short job's allocation, timed, then its end (its prompt page complete, its reply not)."""
     from exllamav3.generator.pagetable import PAGE_SIZE
 
-    hashes = [_hash(None, ("job", job))]
+    hashes = [page_hash(None, ("job", job))]
     started = time.perf_counter()
     pages, *_ = table.allocate_pages(hashes, 2, None, set(hashes))
     seconds = time.perf_counter() - started

@@ -9,29 +9,21 @@ GPU: the page table is Python), hence here, where exllamav3 is installed.
 
 from __future__ import annotations
 
-import hashlib
 import random
-from types import SimpleNamespace
 from typing import Any
 
 from sparkfold.engines.exllamav3.pages import take_free_pages_first
+from sparkfold.testing.page_tables import bare_page_table, page_hash
 
 POOL_PAGES = 48
-
-
-def _hash(prev: bytes | None, content: object) -> bytes:
-    return hashlib.blake2b(repr((prev, content)).encode(), digest_size=16).digest()
 
 
 def _traffic(free_first: bool, seed: int) -> tuple[list[tuple[Any, ...]], int, dict[str, int]]:
     """What each allocation got (page indices, cached pages), how often the whole eviction order was
     built, and the table's counters."""
-    from exllamav3.generator.pagetable import PAGE_SIZE, PageTable
+    from exllamav3.generator.pagetable import PAGE_SIZE
 
-    table = PageTable(
-        SimpleNamespace(recurrent_cache=None, enable_defrag=False),
-        SimpleNamespace(max_num_tokens=POOL_PAGES * PAGE_SIZE),
-    )
+    table = bare_page_table(POOL_PAGES * PAGE_SIZE)
     builds = 0
     own_order = table.build_eviction_order
 
@@ -51,7 +43,7 @@ def _traffic(free_first: bool, seed: int) -> tuple[list[tuple[Any, ...]], int, d
         hashes: list[bytes] = []
         for i in range(shared + rng.randrange(0, 4)):
             content = (family, i) if i < shared else (step, i)
-            hashes.append(_hash(hashes[-1] if hashes else None, content))
+            hashes.append(page_hash(hashes[-1] if hashes else None, content))
         new_pages = rng.randrange(1, 4)
         while len(hashes) + new_pages > table.num_unreferenced_pages() and live:
             table.deallocate_pages(live.pop(0))
@@ -61,7 +53,7 @@ def _traffic(free_first: bool, seed: int) -> tuple[list[tuple[Any, ...]], int, d
             p.prev_hash = pages[i - 1].phash if i else None
             p.kv_position = PAGE_SIZE if i < len(pages) - 1 else rng.randrange(1, PAGE_SIZE)
             if i >= len(hashes) and i < len(pages) - 1:
-                p.update_hash(_hash(p.prev_hash, (step, "reply", i)))
+                p.update_hash(page_hash(p.prev_hash, (step, "reply", i)))
         live.append(pages)
         if len(live) > 3 or rng.random() < 0.3:
             table.deallocate_pages(live.pop(rng.randrange(len(live))))
